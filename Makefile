@@ -1,0 +1,36 @@
+# Two entry points: `make run` (the embedded default job) and `make test` (every suite).
+# Both build what they need on a fresh machine; later calls reuse it.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup run test test-core test-vllm test-oat clean
+
+setup: $(VENV)/.installed
+
+# torch first, pinned, so the range in pyproject.toml accepts it instead of pulling a CUDA build.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+run: setup
+	$(BIN)/python -m precision_oat.main --algo pg --dtype fp16
+
+test: setup
+	bash scripts/test.sh
+
+test-core: setup
+	bash scripts/test.sh core
+
+test-vllm:
+	bash scripts/test.sh vllm
+
+test-oat:
+	bash scripts/test.sh oat
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,35 @@
+"""Sequence-level masked importance sampling (MIS).
+
+    ρ_old = Σ_t m_t (log π_old,t − log μ_t)
+    w     = exp ρ_old · 1{exp ρ_old ≤ C}        C = ``algo.correction_cap`` (10 in the paper)
+
+A sequence whose weight exceeds C is dropped from the update entirely. Liu et al. 2025,
+"When Speed Kills Stability: Demystifying RL Collapse from the Training-Inference Mismatch";
+the GRPO-MIS baseline of Qi et al. 2025 (arXiv 2510.26788).
+"""
+
+import math
+
+import torch
+
+from ..base import AlgorithmSpec, PolicyBatch, Stats
+from ..registry import register
+from ._ratio import require_cap, seq_log_ratio
+
+
+@register("correction", "seq-mis")
+class SeqMISMixin:
+    """Π_t π_old/μ per sequence, zero where it exceeds C."""
+
+    algo: AlgorithmSpec
+
+    def correction(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
+        log_cap = math.log(require_cap(self.algo, "seq-mis"))
+        rho = seq_log_ratio(batch)
+        masked_out = rho > log_cap
+        weight = torch.where(masked_out, 0.0, rho.exp())
+        stats = {
+            "mismatch/is_weight_mean": weight.mean().item(),
+            "mismatch/mis_mask_frac": masked_out.float().mean().item(),
+        }
+        return weight[:, None], stats

@@ -1,0 +1,143 @@
+"""Named recipes (one choice per hook plus constants) and the builders that assemble them.
+
+``resolve`` turns ``--algo`` and the per-piece overrides into an :class:`AlgorithmSpec`;
+``compose`` turns a spec into a class: ``compose(spec, PrecisionLearner)`` is the learner of
+that algorithm, exactly as if the user had written the mixins into its bases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from .base import AlgorithmSpec, PolicyLoss
+from .registry import canonical, lookup, valid_names
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Defaults behind one ``--algo`` name; every field can be overridden on the command line."""
+
+    advantage: str
+    objective: str
+    correction: str
+    reduction: str
+    is_cap: Optional[float] = None
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    correction_cap: Optional[float] = None
+    # One line for `--help` and the docs.
+    summary: str = ""
+
+
+RECIPES: dict[str, Recipe] = {
+    "pg": Recipe(
+        "drgrpo", "pg", "none", "constant",
+        summary="IS-PG: policy gradient with one sequence-level weight π_θ/μ (the paper's best simple baseline)"),
+    "token-is-pg": Recipe(
+        "drgrpo", "token-is", "none", "constant",
+        summary="policy gradient with a per-token weight π_θ/μ"),
+    "grpo": Recipe(
+        "drgrpo", "clip", "none", "constant",
+        summary="Dr.GRPO: PPO clip 0.2/0.2, group-centred advantage, constant normaliser"),
+    "grpo-tis": Recipe(
+        "drgrpo", "clip", "token-tis", "constant", correction_cap=2.0,
+        summary="GRPO × token-level truncated IS π_old/μ, C = 2"),
+    "grpo-mis": Recipe(
+        "drgrpo", "clip", "seq-mis", "constant", correction_cap=10.0,
+        summary="GRPO × sequence-level masked IS π_old/μ, C = 10"),
+    "grpo-seq-tis": Recipe(
+        "drgrpo", "clip", "seq-tis", "constant", correction_cap=10.0,
+        summary="GRPO × sequence-level truncated IS π_old/μ, C = 10"),
+    "gspo": Recipe(
+        "grpo", "gspo", "none", "seq-mean", clip_low=3e-4, clip_high=4e-4,
+        summary="GSPO: clip 3e-4/4e-4 on the per-sequence geometric-mean ratio"),
+    "reinforce": Recipe(
+        "reinforce", "pg", "none", "constant",
+        summary="REINFORCE: A = r, no baseline"),
+    "rloo": Recipe(
+        "rloo", "pg", "none", "constant",
+        summary="RLOO: leave-one-out baseline A_i = r_i − mean_{j≠i} r_j"),
+}
+
+_PIECE_FLAGS = {
+    "advantage": "--advantage",
+    "objective": "--objective",
+    "correction": "--correction",
+    "reduction": "--reduction",
+}
+
+
+def _piece(kind: str, name: str) -> str:
+    try:
+        return canonical(kind, name)
+    except KeyError:
+        raise ValueError(
+            f"{_PIECE_FLAGS[kind]}: unknown {kind} {name!r}; valid names: {', '.join(valid_names(kind))}"
+        ) from None
+
+
+def _positive(value: Optional[float], flag: str) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{flag} must be > 0, got {value}")
+
+
+def resolve(
+    algo: str,
+    *,
+    advantage: Optional[str] = None,
+    objective: Optional[str] = None,
+    correction: Optional[str] = None,
+    reduction: Optional[str] = None,
+    is_cap: Optional[float] = None,
+    clip_low: Optional[float] = None,
+    clip_high: Optional[float] = None,
+    correction_cap: Optional[float] = None,
+    max_gen_length: int,
+    adv_eps: float = 1e-6,
+) -> AlgorithmSpec:
+    """The recipe ``algo`` with every non-None argument overriding its default."""
+    if algo not in RECIPES:
+        raise ValueError(f"--algo: unknown recipe {algo!r}; valid names: {', '.join(sorted(RECIPES))}")
+    recipe = RECIPES[algo]
+    overrides = dict(advantage=advantage, objective=objective, correction=correction, reduction=reduction,
+                     is_cap=is_cap, clip_low=clip_low, clip_high=clip_high, correction_cap=correction_cap)
+    fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(Recipe) if f.name != "summary"}
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    for kind in _PIECE_FLAGS:
+        fields[kind] = _piece(kind, fields[kind])
+    if fields["correction"] != "none" and fields["correction_cap"] is None:
+        raise ValueError(f"--correction {fields['correction']} needs a cap: pass --correction-cap C")
+    _positive(fields["is_cap"], "--is-cap")
+    _positive(fields["correction_cap"], "--correction-cap")
+    _positive(max_gen_length, "max_gen_length")
+    return AlgorithmSpec(**fields, loss_constant=float(max_gen_length), adv_eps=adv_eps)
+
+
+# The neutral choices that PolicyLoss already implements; compose leaves them out so that a
+# base class overriding those hooks keeps its override.
+_DEFAULTS = {"correction": "none", "reduction": "token-mean"}
+
+
+def compose(spec: AlgorithmSpec, base: type = PolicyLoss) -> type:
+    """A subclass of ``base`` with the spec's mixins first in its MRO.
+
+    Order: correction, objective, advantage, reduction, base; the ``none`` correction and
+    ``token-mean`` reduction are the defaults of ``PolicyLoss`` and are left out.
+    """
+    mixins = [
+        lookup(kind, getattr(spec, kind))
+        for kind in ("correction", "objective", "advantage", "reduction")
+        if getattr(spec, kind) != _DEFAULTS.get(kind)
+    ]
+    name = "".join(m.__name__.removesuffix("Mixin") for m in mixins) + base.__name__
+    doc = f"{base.__name__} with {spec.advantage} / {spec.objective} / {spec.correction} / {spec.reduction}."
+    return type(name, (*mixins, base), {"__module__": __name__, "__doc__": doc})
+
+
+def build_policy_loss(spec: AlgorithmSpec) -> PolicyLoss:
+    """A standalone :class:`PolicyLoss` for ``spec``, with ``.algo`` set."""
+    loss = compose(spec)()
+    loss.algo = spec
+    return loss

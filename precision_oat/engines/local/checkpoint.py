@@ -1,0 +1,59 @@
+"""Atomic checkpoints: ``OUTPUT_DIR/checkpoints/step_N/`` plus a ``latest`` pointer.
+
+A checkpoint holds the policy as an fp32 HF folder (LoRA merged, so
+``AutoModelForCausalLM.from_pretrained`` loads it as is), the tokenizer, and
+``trainer_state.pt``: master weights, optimiser, loss scaler, RNG states and the step.
+It is written to a temporary folder and renamed, and ``latest`` is replaced atomically,
+so a run killed mid-save resumes from the previous complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+
+def save_checkpoint(output_dir: Path, step: int, learner, tokenizer) -> Path:
+    root = output_dir / "checkpoints"
+    final = root / f"step_{step:06d}"
+    tmp = root / f".step_{step:06d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    learner.save_policy(tmp)
+    tokenizer.save_pretrained(tmp)
+    state = {
+        "step": step,
+        "learner": learner.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+    }
+    torch.save(state, tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    pointer = root / "latest.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, root / "latest")
+    return final
+
+
+def latest_checkpoint(output_dir: Path) -> Optional[Path]:
+    pointer = output_dir / "checkpoints" / "latest"
+    if not pointer.is_file():
+        return None
+    folder = pointer.parent / pointer.read_text().strip()
+    return folder if (folder / "trainer_state.pt").is_file() else None
+
+
+def load_checkpoint(folder: Path, learner) -> int:
+    """Restore the learner and RNG states; return the number of completed steps."""
+    state = torch.load(folder / "trainer_state.pt", weights_only=False)
+    learner.load_state_dict(state["learner"])
+    torch.set_rng_state(state["rng"]["torch"])
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    return state["step"]

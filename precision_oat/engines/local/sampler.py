@@ -1,0 +1,101 @@
+"""The built-in sampler: its own copy of the weights in the sampler dtype, KV-cache decoding.
+
+This is deliberately *not* the learner's code path. The learner scores a whole sequence
+in one HF forward; the sampler runs a prefill over the prompt and then one token at a
+time against a KV cache, in its own dtype, through its own decoder
+(:mod:`~precision_oat.engines.local.decoder`) for Llama-family models and through HF's
+cached forward otherwise. Same weights, same math, different kernels, shapes and
+rounding: the gap between the log-probs the two report is the physical
+training-inference mismatch, as with vLLM, not a simulated one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Iterable
+
+import torch
+
+from precision_oat.engines.local.decoder import Decoder, supports
+from precision_oat.sampling import Completion, SamplingParams
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator):
+    """Sample one token per row; return it and its log-probability under the distribution sampled from."""
+    logits = logits.float() / max(temperature, 1e-6)
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        # Drop a token once the mass before it already reaches top_p (the first always stays).
+        drop = (cumulative - sorted_logits.softmax(-1)) >= top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    logprobs = logits.log_softmax(-1)
+    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class KVCacheSampler:
+    """Batched sampling with an incremental KV cache on a private copy of the policy."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device: torch.device | str = "cpu", pad_token_id: int = 0):
+        self.model = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.pad_token_id = pad_token_id
+        self._params = dict(self.model.named_parameters())
+        self.decoder = Decoder(self.model) if supports(self.model.config) else None
+
+    def _next_logits(self, step_ids, attention, cache):
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
+        if self.decoder is not None:
+            return self.decoder.forward(step_ids, positions, attention, cache)
+        out = self.model(
+            input_ids=step_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        )
+        return out.logits[:, -1], out.past_key_values
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in weights:
+            if name not in self._params:
+                raise KeyError(f"sampler has no parameter {name!r}")
+            self._params[name].copy_(tensor.to(device=self.device, dtype=self.dtype))
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        rows = [p for p in prompts for _ in range(params.n)]
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(params.seed if params.seed is not None else torch.seed() % 2**62)
+        width = max(len(p) for p in rows)
+        # Left padding keeps every row's next token at the same column.
+        input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + p for p in rows], device=self.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=self.device)
+        stop = torch.tensor(list(params.stop_token_ids) or [-1], device=self.device)
+
+        done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
+        tokens, logps = [], []
+        cache, step_ids = None, input_ids
+        for _ in range(params.max_new_tokens):
+            logits, cache = self._next_logits(step_ids, attention, cache)
+            token, logp = sample_next(logits, params.temperature, params.top_p, generator)
+            token = token.masked_fill(done, self.pad_token_id)
+            tokens.append(token)
+            logps.append(logp)
+            was_done = done
+            done = done | torch.isin(token, stop)
+            attention = torch.cat([attention, (~was_done).long()[:, None]], dim=-1)
+            step_ids = token[:, None]
+            if done.all():
+                break
+
+        tokens_t = torch.stack(tokens, 1).tolist()
+        logps_t = torch.stack(logps, 1).tolist()
+        stops = set(params.stop_token_ids)
+        completions = []
+        for prompt, toks, lps in zip(rows, tokens_t, logps_t):
+            end = next((i + 1 for i, t in enumerate(toks) if t in stops), None)
+            completions.append(Completion(prompt, toks[: end or len(toks)], lps[: end or len(lps)], end is not None))
+        return completions

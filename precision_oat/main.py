@@ -1,0 +1,36 @@
+"""Command line: ``python -m precision_oat.main --algo pg --dtype fp16 [flags | --preset FILE]``.
+
+With no flags it trains the embedded tiny arithmetic policy on this machine (CPU or one
+GPU) and prints where its metrics and checkpoints went. ``--help`` lists every flag.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from precision_oat.args import Args
+from precision_oat.presets import parse_args
+
+
+def run(args: Args) -> dict:
+    if args.backend == "oat":
+        from precision_oat.engines.oat.program import run as run_oat
+
+        return run_oat(args)
+    from precision_oat.engines.local.loop import train
+
+    return train(args)
+
+
+def cli(argv: Optional[Sequence[str]] = None) -> None:
+    args = parse_args(argv)
+    try:
+        run(args)
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        # Bad input is reported in one line; a traceback would bury it.
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,198 @@
+"""The precision policy: which dtype each side computes in, and how fp16 stays in range.
+
+One frozen :class:`Precision` is built from the command line and passed explicitly to
+the sampler and the learner; nothing reads a dtype from a global. It renders itself into
+what each engine wants (DeepSpeed config section, vLLM ``dtype``, HF ``torch_dtype``,
+autocast dtype, GradScaler settings) and records *why* each dtype was chosen.
+
+Sides:
+    sampler  the copy of the weights that generates rollouts and reports μ.
+    trainer  the dtype the learner's forward/backward runs in (π_old, π_θ).
+    master   the dtype of the weights the optimiser updates (fp32 in mixed precision).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+
+DType = Literal["fp16", "bf16", "fp32"]
+LossScalingMode = Literal["dynamic", "static", "none"]
+
+TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+VLLM_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+MANTISSA_BITS = {"fp16": 10, "bf16": 7, "fp32": 23}
+
+
+class PrecisionError(ValueError):
+    """An invalid precision setting; the message names the flags involved."""
+
+
+@dataclass(frozen=True)
+class LossScaling:
+    """Loss scaling for fp16 training (semantics of DeepSpeed's dynamic loss scaler).
+
+    The loss is multiplied by ``scale`` before backward and the gradients divided by it
+    before the step. On an inf/nan gradient the step is skipped; after ``hysteresis``
+    such overflows the scale is multiplied by ``backoff_factor`` (not below
+    ``min_scale``). After ``growth_interval`` clean steps it is multiplied by
+    ``growth_factor``. ``static`` keeps ``initial_scale`` fixed; ``none`` disables it.
+    """
+
+    mode: LossScalingMode = "none"
+    initial_scale: float = 2.0**16
+    growth_interval: int = 1000
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    hysteresis: int = 2
+    min_scale: float = 1.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "none"
+
+
+@dataclass(frozen=True)
+class Precision:
+    sampler: DType = "fp16"
+    trainer: DType = "fp16"
+    master: DType = "fp32"
+    loss_scaling: LossScaling = LossScaling("dynamic")
+    # Why each side got its dtype, in words; logged at start-up.
+    reasons: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for side in ("sampler", "trainer", "master"):
+            if getattr(self, side) not in TORCH_DTYPES:
+                raise PrecisionError(f"--{side}-dtype must be one of fp16, bf16, fp32, got {getattr(self, side)!r}")
+        if MANTISSA_BITS[self.master] < MANTISSA_BITS[self.trainer] or (
+            {self.master, self.trainer} == {"fp16", "bf16"}
+        ):
+            raise PrecisionError(
+                f"--master-dtype {self.master} cannot hold weights computed in --trainer-dtype {self.trainer}; "
+                "use --master-dtype fp32"
+            )
+        ls = self.loss_scaling
+        if ls.enabled and not (ls.initial_scale > 0 and ls.min_scale > 0 and ls.growth_interval > 0):
+            raise PrecisionError("--initial-loss-scale, --min-loss-scale and --loss-scale-growth-interval must be > 0")
+        if ls.enabled and not (0 < ls.backoff_factor < 1 < ls.growth_factor):
+            raise PrecisionError("need 0 < --loss-scale-backoff-factor < 1 < --loss-scale-growth-factor")
+
+    # --- builders ---
+
+    @classmethod
+    def from_flags(
+        cls,
+        dtype: DType,
+        *,
+        sampler_dtype: Optional[DType] = None,
+        trainer_dtype: Optional[DType] = None,
+        master_dtype: DType = "fp32",
+        loss_scaling: Optional[LossScalingMode] = None,
+        allow_unscaled_fp16: bool = False,
+        **scaler: float,
+    ) -> "Precision":
+        """Resolve ``--dtype`` and its per-side overrides into a validated policy.
+
+        ``scaler`` takes the remaining :class:`LossScaling` fields (initial_scale, …).
+        """
+        reasons = []
+        sampler = sampler_dtype or dtype
+        trainer = trainer_dtype or dtype
+        reasons.append(f"sampler {sampler}: " + ("--sampler-dtype" if sampler_dtype else f"--dtype {dtype}"))
+        reasons.append(f"trainer {trainer}: " + ("--trainer-dtype" if trainer_dtype else f"--dtype {dtype}"))
+        reasons.append(
+            f"master {master_dtype}: "
+            + ("fp32 master weights, the optimiser never rounds updates to the trainer dtype"
+               if master_dtype == "fp32" else "--master-dtype (pure low-precision training)")
+        )
+        if loss_scaling is None:
+            loss_scaling = "dynamic" if trainer == "fp16" else "none"
+            reasons.append(
+                "loss scaling dynamic: fp16's 5 exponent bits underflow small gradients without it"
+                if trainer == "fp16"
+                else f"loss scaling none: {trainer} has fp32's exponent range"
+            )
+        else:
+            reasons.append(f"loss scaling {loss_scaling}: --loss-scaling")
+        if trainer == "fp16" and loss_scaling == "none" and not allow_unscaled_fp16:
+            raise PrecisionError(
+                "fp16 training with --loss-scaling none underflows small gradients to zero and overflows "
+                "large ones; use --loss-scaling dynamic (the default for fp16) or pass --allow-unscaled-fp16"
+            )
+        return cls(sampler, trainer, master_dtype, LossScaling(loss_scaling, **scaler), tuple(reasons))
+
+    # --- dtypes ---
+
+    @property
+    def sampler_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.sampler]
+
+    @property
+    def trainer_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.trainer]
+
+    @property
+    def master_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.master]
+
+    @property
+    def mixed(self) -> bool:
+        """True when the optimiser keeps a master copy wider than the compute weights."""
+        return self.master != self.trainer
+
+    # --- renderers ---
+
+    def vllm_dtype(self) -> str:
+        """The ``dtype=`` argument of ``vllm.LLM``."""
+        return VLLM_DTYPES[self.sampler]
+
+    def hf_torch_dtype(self) -> torch.dtype:
+        """``torch_dtype`` to load the trainer's compute weights with."""
+        return self.trainer_dtype
+
+    def autocast_dtype(self) -> Optional[torch.dtype]:
+        """dtype for ``torch.autocast`` on the trainer side, or None for fp32 (no autocast)."""
+        return None if self.trainer == "fp32" else self.trainer_dtype
+
+    def grad_scaler_kwargs(self) -> dict:
+        """Keyword arguments of ``torch.amp.GradScaler`` (no hysteresis there: it backs off at once)."""
+        ls = self.loss_scaling
+        return dict(
+            enabled=ls.mode == "dynamic",
+            init_scale=ls.initial_scale,
+            growth_factor=ls.growth_factor,
+            backoff_factor=ls.backoff_factor,
+            growth_interval=ls.growth_interval,
+        )
+
+    def deepspeed_config(self) -> dict:
+        """The ``fp16`` / ``bf16`` sections of a DeepSpeed config (empty for fp32)."""
+        if self.master != "fp32" and self.trainer != "fp32":
+            raise PrecisionError("DeepSpeed keeps fp32 master weights; use --master-dtype fp32 with --backend oat")
+        ls = self.loss_scaling
+        if self.trainer == "fp16":
+            power = math.log2(ls.initial_scale)
+            if ls.mode == "dynamic" and not power.is_integer():
+                raise PrecisionError("DeepSpeed needs --initial-loss-scale to be a power of two")
+            return {
+                "fp16": {
+                    "enabled": True,
+                    # DeepSpeed reads loss_scale 0 as "dynamic".
+                    "loss_scale": 0 if ls.mode == "dynamic" else (ls.initial_scale if ls.enabled else 1.0),
+                    "initial_scale_power": int(power),
+                    "loss_scale_window": ls.growth_interval,
+                    "hysteresis": ls.hysteresis,
+                    "consecutive_hysteresis": False,
+                    "min_loss_scale": ls.min_scale,
+                }
+            }
+        if self.trainer == "bf16":
+            return {"bf16": {"enabled": True}}
+        return {}
+
+    def describe(self) -> str:
+        return "\n".join(f"  {r}" for r in self.reasons) or f"  sampler {self.sampler}, trainer {self.trainer}"

@@ -1,0 +1,95 @@
+"""Presets: YAML files of flat ``flag_name: value`` pairs that fill :class:`Args`.
+
+A preset uses the same names as the command line (underscores or dashes), so a line of
+a preset and a flag are interchangeable. ``parse_args`` reads ``--preset`` first, builds
+the defaults from it, then lets the remaining flags override them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from precision_oat.args import Args
+
+def _groups() -> dict[str, str]:
+    """Flat field name → group name ("" for top-level fields of Args)."""
+    owner = {}
+    for f in dataclasses.fields(Args):
+        group = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(group):
+            for g in dataclasses.fields(group):
+                owner[g.name] = f.name
+        else:
+            owner[f.name] = ""
+    return owner
+
+
+def load_preset(path: Path | str, base: Optional[Args] = None) -> Args:
+    """Args with the values of the preset at ``path`` applied on top of ``base`` (or the defaults)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--preset {path}: no such file")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"--preset {path}: expected a mapping of flag names to values")
+    return apply_values(base or Args(), values, source=str(path))
+
+
+def apply_values(args: Args, values: dict[str, Any], source: str = "preset") -> Args:
+    owner = _groups()
+    updates: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name not in owner:
+            raise ValueError(f"{source}: unknown key {key!r}; valid keys are the flags of --help: {sorted(owner)}")
+        if isinstance(value, list):
+            value = tuple(value)
+        updates.setdefault(owner[name], {})[name] = value
+    top = updates.pop("", {})
+    if "preset" in top:
+        top["preset"] = Path(top["preset"])
+    for key in ("output_dir",):
+        if updates.get("log", {}).get(key) is not None:
+            updates["log"][key] = Path(updates["log"][key])
+    nested = {group: dataclasses.replace(getattr(args, group), **fields) for group, fields in updates.items()}
+    return dataclasses.replace(args, **top, **nested)
+
+
+def to_values(args: Args) -> dict[str, Any]:
+    """The inverse of :func:`apply_values`: every field as a flat, YAML-ready mapping."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(args):
+        value = getattr(args, f.name)
+        items = dataclasses.asdict(value).items() if dataclasses.is_dataclass(value) else [(f.name, value)]
+        for name, v in items:
+            out[name] = str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _preset_path(argv: Sequence[str]) -> Optional[str]:
+    for i, token in enumerate(argv):
+        if token == "--preset" and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith("--preset="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def parse_args(argv: Optional[Sequence[str]] = None, prog: str = "python -m precision_oat.main") -> Args:
+    """Parse the command line (preset first, flags on top) into :class:`Args`."""
+    import tyro
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    default = Args()
+    preset = _preset_path(argv)
+    if preset is not None and "-h" not in argv and "--help" not in argv:
+        try:
+            default = load_preset(preset)
+        except (FileNotFoundError, ValueError) as e:
+            sys.exit(f"error: {e}")
+    return tyro.cli(Args, args=argv, default=default, prog=prog, config=(tyro.conf.OmitArgPrefixes,))

@@ -1,0 +1,69 @@
+"""Where a run's numbers go: the console, ``metrics.jsonl`` and wandb (offline by default)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+CONSOLE_KEYS = [
+    ("reward/mean", "reward", "{:.3f}"),
+    ("mismatch/abs_logp_diff_mean", "|Δlogp|", "{:.2e}"),
+    ("mismatch/k3", "k3", "{:.1e}"),
+    ("loss/policy", "loss", "{:+.3f}"),
+    ("train/grad_norm", "|g|", "{:.2f}"),
+    ("train/loss_scale", "scale", "{:.0f}"),
+    ("response/length_mean", "len", "{:.1f}"),
+]
+
+
+class RunLog:
+    def __init__(self, output_dir: Path, config: dict, *, wandb_mode: str, project: str, run_name: str, resume: bool):
+        self.path = output_dir / "metrics.jsonl"
+        self.file = self.path.open("a" if resume else "w")
+        self.start = time.time()
+        self.history: list[dict] = []
+        self.wandb = None
+        if wandb_mode != "disabled":
+            try:
+                import wandb
+            except ImportError:
+                self.note("wandb is not installed; metrics go to metrics.jsonl only (pip install wandb)")
+            else:
+                self.wandb = wandb.init(
+                    project=project, name=run_name, dir=str(output_dir), mode=wandb_mode, config=config,
+                    resume="allow" if resume else None, id=run_name if resume else None,
+                )
+
+    @staticmethod
+    def note(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def log(self, metrics: dict, histograms: Optional[dict] = None, *, total_steps: int, echo: bool = True) -> None:
+        metrics = {"step": metrics["step"], "time/elapsed_s": round(time.time() - self.start, 3), **metrics}
+        self.history.append(metrics)
+        self.file.write(json.dumps({k: _jsonable(v) for k, v in metrics.items()}) + "\n")
+        self.file.flush()
+        if self.wandb is not None:
+            import wandb
+
+            extra = {k: wandb.Histogram(v) for k, v in (histograms or {}).items() if len(v)}
+            self.wandb.log({**metrics, **extra}, step=metrics["step"])
+        if echo:
+            parts = [f"step {metrics['step']:>4}/{total_steps}"]
+            parts += [f"{label} {fmt.format(metrics[k])}" for k, label, fmt in CONSOLE_KEYS if k in metrics]
+            print("  ".join(parts), flush=True)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v

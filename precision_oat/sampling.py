@@ -1,0 +1,48 @@
+"""The sampler seam: what any sampler (built-in KV-cache, vLLM) takes and returns.
+
+A sampler owns its own copy of the policy weights in the sampler dtype. The learner
+pushes new weights with :meth:`Sampler.load_weights` after every update; the sampler
+casts them itself. The log-probabilities it returns are those of the distribution it
+actually sampled from (after temperature and top-p), in its own precision: that is μ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    # Samples per prompt (G).
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    # Generation stops after any of these ids; the stop token is part of the response.
+    stop_token_ids: tuple[int, ...] = ()
+    seed: Optional[int] = None
+
+
+@dataclass
+class Completion:
+    """One sampled response to one prompt."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    # log μ(y_t | y_<t) of each response token, as computed by the sampler.
+    logprobs: list[float]
+    # True when the response ended on a stop token, False when it hit max_new_tokens.
+    finished: bool
+
+
+class Sampler(Protocol):
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """G = params.n completions per prompt, prompt-major: [p0s0, p0s1, …, p1s0, …]."""
+        ...
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the sampler's weights with these (HF parameter names, any dtype)."""
+        ...

@@ -1,0 +1,35 @@
+"""Verifiable tasks: data, prompt template and reward of one workload."""
+
+from __future__ import annotations
+
+from precision_oat.tasks.base import Example, Task
+
+__all__ = ["Example", "Task", "build_task"]
+
+
+def build_task(args, tokenizer=None) -> Task:
+    """The task named by ``--task``, configured from :class:`~precision_oat.args.Args`."""
+    t = args.task
+    if t.task == "arithmetic":
+        from precision_oat.tasks.arithmetic import ArithmeticTask
+
+        if t.prompt_data is not None:
+            raise ValueError("--prompt-data applies to --task math; the arithmetic task makes its own prompts")
+        return ArithmeticTask()
+    from precision_oat.tasks.math import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, MathTask
+
+    e = args.eval
+    return MathTask(
+        train_path=t.prompt_data or DEFAULT_TRAIN,
+        train_split=t.train_split,
+        eval_path=e.eval_data or DEFAULT_EVAL_SUITE,
+        eval_benchmarks=list(e.eval_benchmarks) if e.eval_benchmarks else None,
+        input_key=t.input_key,
+        output_key=t.output_key,
+        template=t.prompt_template,
+        tokenizer=tokenizer,
+        train_limit=t.max_train,
+        eval_limit=e.eval_limit,
+        timeout_s=t.grading_timeout,
+        truncated_reward=t.truncated_reward,
+    )

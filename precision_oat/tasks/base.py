@@ -1,0 +1,41 @@
+"""A verifiable task: prompts with reference answers, and a reward for each response."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Example:
+    # The question as the dataset states it, before any prompt template.
+    question: str
+    # The reference answer the reward compares against; a tuple when several are accepted.
+    reference: str | tuple[str, ...]
+
+
+class Task(abc.ABC):
+    """Owns the data, the prompt template and the oracle of one workload."""
+
+    name: str
+
+    @abc.abstractmethod
+    def train_set(self) -> list[Example]:
+        """Examples that prompts are drawn from during training."""
+
+    def eval_sets(self) -> dict[str, list[Example]]:
+        """Named benchmarks for evaluation; empty when the task has none."""
+        return {}
+
+    @abc.abstractmethod
+    def render(self, example: Example) -> str:
+        """The prompt text the policy sees (template applied)."""
+
+    @abc.abstractmethod
+    def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
+        """One reward per response. ``truncated`` marks responses cut at the length limit."""
+
+    def correctness(self, responses: Sequence[str], examples: Sequence[Example]) -> list[bool]:
+        """Whether each response is right, whatever its length (for evaluation)."""
+        return [r > 0 for r in self.score(responses, examples, [False] * len(responses))]

@@ -1,0 +1,147 @@
+"""The math oracle on model-style outputs, with real math-verify and a real process pool."""
+
+import time
+
+import pytest
+
+from precision_oat.data import load_eval_suite
+from precision_oat.tasks.base import Example
+from precision_oat.tasks.grading import extract_answer, last_boxed
+from precision_oat.tasks.math import MathGrader, MathTask, grade
+
+TIMEOUT_S = 3.0
+
+
+def r1_distill(answer: str) -> str:
+    """A response in the R1-Distill format: reasoning, one </think>, a boxed answer."""
+    return f"Okay, let me work through this.\nSo the value is {answer}.\n</think>\n\nThe answer is $\\boxed{{{answer}}}$."
+
+
+@pytest.mark.parametrize(
+    "boxed, reference",
+    [
+        ("\\frac{1}{2}", "0.5"),
+        ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+        ("\\tfrac{3}{4}", "0.75"),
+        ("2\\sqrt{2}", "\\sqrt{8}"),
+        ("x=3", "3"),
+        ("3", "x = 3"),
+        ("[2,5)", "[2, 5)"),
+        ("(-\\infty, 1] \\cup [3, \\infty)", "(-\\infty,1]\\cup[3,\\infty)"),
+        ("\\left( 3, \\frac{\\pi}{2} \\right)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        ("(3, \\pi/2)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        ("142", "142.0"),
+        ("10,\\!100", "10100"),
+        ("\\begin{pmatrix}1&0\\\\2018&1\\end{pmatrix}", "\\begin{pmatrix} 1 & 0 \\\\ 2018 & 1 \\end{pmatrix}"),
+    ],
+)
+def test_equivalent_answers_are_correct(boxed, reference):
+    assert grade(f"We find ... $\\boxed{{{boxed}}}$", reference)
+
+
+@pytest.mark.parametrize(
+    "boxed, reference",
+    [
+        ("\\frac{1}{3}", "0.5"),
+        ("2\\sqrt{3}", "\\sqrt{8}"),
+        ("x=4", "3"),
+        ("(2,5]", "[2,5)"),
+        ("-3", "3"),
+        ("143", "142"),
+    ],
+)
+def test_different_answers_are_incorrect(boxed, reference):
+    assert not grade(f"We find ... $\\boxed{{{boxed}}}$", reference)
+
+
+def test_last_boxed_answer_wins():
+    assert grade("First guess \\boxed{4}, but rechecking, \\boxed{5}.", "5")
+    assert not grade("First guess \\boxed{5}, but rechecking, \\boxed{4}.", "5")
+
+
+def test_fbox_and_nested_braces_are_extracted():
+    assert last_boxed("so \\fbox{7}") == "7"
+    assert last_boxed("\\boxed{\\frac{a^{2}}{b_{1}}} done") == "\\frac{a^{2}}{b_{1}}"
+    # A truncated (unbalanced) last box is no answer.
+    assert last_boxed("\\boxed{1} then \\boxed{\\frac{1}{2") is None
+
+
+def test_no_answer_is_incorrect():
+    assert not grade("The answer is 5.", "5")
+    assert not grade("The answer is \\boxed{}.", "5")
+
+
+def test_r1_distill_counts_only_text_after_exactly_one_think_close():
+    assert grade(r1_distill("\\frac{1}{2}"), "0.5", template="r1_distill_qwen")
+    # A boxed answer inside the reasoning does not count.
+    assert not grade("maybe \\boxed{5}</think> I am not sure.", "5", template="r1_distill_qwen")
+    # No </think> at all, or two of them: format failure.
+    assert not grade("thinking... \\boxed{5}", "5", template="r1_distill_qwen")
+    assert not grade("a</think>b</think> \\boxed{5}", "5", template="r1_distill_qwen")
+    # Without the template the same text is graded on its last box.
+    assert grade("a</think>b</think> \\boxed{5}", "5")
+
+
+def test_r1_counts_only_the_answer_tag():
+    assert grade("2+3 is 5 </think> <answer> 5 </answer>", "5", template="r1")
+    assert grade("work </think> <answer> The answer is \\boxed{\\frac{1}{2}} </answer>", "0.5", template="r1")
+    assert not grade("work \\boxed{5} </think> no tags here", "5", template="r1")
+    assert not grade("<answer> 5 </answer>", "5", template="r1")  # reasoning never closed
+    assert extract_answer("w </think> <answer>7</answer>", "r1") == "7"
+
+
+def test_any_of_several_references_counts():
+    assert grade("\\boxed{0.02}", ("0.01", "0.02"))
+    assert not grade("\\boxed{0.03}", ("0.01", "0.02"))
+
+
+def test_pathological_input_times_out_as_incorrect():
+    grader = MathGrader(timeout_s=TIMEOUT_S)
+    start = time.monotonic()
+    # sympy tries to evaluate this power tower for minutes.
+    rewards, info = grader.grade_batch(["\\boxed{9^{9^{9^{9^{9}}}}}", "\\boxed{\\frac{1}{2}}"], ["1", "0.5"])
+    elapsed = time.monotonic() - start
+    assert rewards == [0.0, 1.0]
+    assert info["timeouts"] == 1
+    assert elapsed < TIMEOUT_S + 10
+    # The pool is usable again afterwards.
+    assert grade("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")
+
+
+def test_truncated_responses_score_truncated_reward_unless_none():
+    responses = ["\\boxed{5}", "\\boxed{5}", "\\boxed{4}"]
+    references = ["5", "5", "5"]
+    truncated = [False, True, False]
+    rewards, info = MathGrader(truncated_reward=-1.0).grade_batch(responses, references, truncated)
+    assert rewards == [1.0, -1.0, 0.0]
+    assert info["truncated"] == 1 and info["correct"] == 1
+    rewards, _ = MathGrader(truncated_reward=None, correct_reward=2.0, incorrect_reward=-0.5).grade_batch(
+        responses, references, truncated
+    )
+    assert rewards == [2.0, 2.0, -0.5]
+
+
+def test_info_counts_missing_answers():
+    _, info = MathGrader().grade_batch(["no box", "\\boxed{1}", "also none"], ["1", "1", "1"])
+    assert info["no_answer"] == 2 and info["correct"] == 1
+
+
+def test_every_shipped_reference_grades_correct_when_boxed():
+    suite = load_eval_suite("data/evaluation_suite")
+    for name, examples in suite.items():
+        responses = [r1_distill(e.reference if isinstance(e.reference, str) else e.reference[0]) for e in examples]
+        correct, info = MathGrader(template="r1_distill_qwen").judge_batch(responses, [e.reference for e in examples])
+        assert all(correct), (name, info)
+
+
+def test_math_task_renders_and_scores():
+    task = MathTask(train_limit=3, eval_benchmarks=["aime"], eval_limit=2)
+    train = task.train_set()
+    assert len(train) == 3
+    assert set(task.eval_sets()) == {"aime"} and len(task.eval_sets()["aime"]) == 2
+    prompt = task.render(train[0])
+    assert train[0].question in prompt and prompt.endswith("<think>\n")
+    example = Example(question="1+1?", reference="2")
+    rewards = task.score([r1_distill("2"), r1_distill("3"), r1_distill("2")], [example] * 3, [False, False, True])
+    assert rewards == [1.0, 0.0, 0.0]
+    assert task.last_info["truncated"] == 1
