@@ -51,7 +51,7 @@ def apply_values(args: Args, values: dict[str, Any], source: str = "preset") -> 
             value = tuple(value)
         updates.setdefault(owner[name], {})[name] = value
     top = updates.pop("", {})
-    if "preset" in top:
+    if top.get("preset") is not None:
         top["preset"] = Path(top["preset"])
     for key in ("output_dir",):
         if updates.get("log", {}).get(key) is not None:

@@ -101,8 +101,10 @@ def train(args: Args) -> dict:
     random.seed(args.train.seed)
     policy = load_policy(args.model)
     task = build_task(args, policy.tokenizer)
-    learner = compose(spec, PrecisionLearner)(args, policy.model, precision, spec, device)
+    # The sampler copies the fp32 weights first; the learner then takes the model over (it
+    # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(args, policy, precision, device)
+    learner = compose(spec, PrecisionLearner)(args, policy.model, precision, spec, device)
     actor = PrecisionActor(args, sampler, task, policy.tokenizer)
     examples = check_prompts(task, actor, args.rollout.max_prompt_length)
 

@@ -1,0 +1,73 @@
+"""The built-in sampler: its decoder, its sampling rule, and agreement with the learner in fp32."""
+
+import math
+
+import pytest
+import torch
+
+from precision_oat.engines.local.decoder import Decoder
+from precision_oat.engines.local.sampler import KVCacheSampler, sample_next
+from precision_oat.sampling import SamplingParams
+from tests.conftest import tiny_model
+
+PROMPTS = [[3, 4, 5], [7, 8], [9, 10, 11, 12, 13]]
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_decoder_matches_hf_forward_in_fp32(kind):
+    model = tiny_model(kind)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    expected = model(input_ids=ids).logits[:, -1]
+    decoder = Decoder(model)
+    # Prefill four tokens, then decode two against the cache.
+    mask = torch.ones(1, 4, dtype=torch.long)
+    _, cache = decoder.forward(ids[:, :4], torch.arange(4)[None], mask, None)
+    for t in (4, 5):
+        mask = torch.ones(1, t + 1, dtype=torch.long)
+        logits, cache = decoder.forward(ids[:, t : t + 1], torch.tensor([[t]]), mask, cache)
+    assert torch.allclose(logits, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_sample_next_reports_logprob_of_the_distribution_sampled_from():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    gen = torch.Generator().manual_seed(0)
+    # T = 0.5 doubles the logits; top-p 0.9: sorted probs of [4,2,0,-2] are
+    # 0.8668, 0.1173, 0.0159, 0.0021 → mass before token 2 is 0.984 ≥ 0.9, so tokens 2, 3 drop.
+    for _ in range(20):
+        token, logp = sample_next(logits, 0.5, 0.9, gen)
+        kept = torch.tensor([4.0, 2.0]).log_softmax(-1)
+        assert token.item() in (0, 1)
+        assert math.isclose(logp.item(), kept[token.item()].item(), rel_tol=1e-6)
+
+
+def test_generate_returns_n_samples_per_prompt_prompt_major_and_stops_on_eos():
+    model = tiny_model()
+    sampler = KVCacheSampler(model, torch.float32, pad_token_id=0)
+    out = sampler.generate(PROMPTS, SamplingParams(n=3, max_new_tokens=12, stop_token_ids=(1, 2), seed=0))
+    assert [c.prompt_ids for c in out] == [p for p in PROMPTS for _ in range(3)]
+    for c in out:
+        assert len(c.response_ids) == len(c.logprobs) <= 12
+        assert all(lp <= 0 and math.isfinite(lp) for lp in c.logprobs)
+        # finished ⇔ the last token is a stop token, and no stop token appears before it.
+        assert c.finished == (c.response_ids[-1] in (1, 2))
+        assert not any(t in (1, 2) for t in c.response_ids[:-1])
+        assert c.finished or len(c.response_ids) == 12
+
+
+def test_same_seed_same_samples():
+    sampler = KVCacheSampler(tiny_model(), torch.float32)
+    a = sampler.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=6, seed=3))
+    b = sampler.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=6, seed=3))
+    assert [c.response_ids for c in a] == [c.response_ids for c in b]
+
+
+def test_load_weights_casts_into_the_sampler_copy_only():
+    model = tiny_model()
+    sampler = KVCacheSampler(model, torch.bfloat16)
+    name, weight = next(iter(model.named_parameters()))
+    sampler.load_weights([(name, torch.ones_like(weight))])
+    assert sampler.model.get_parameter(name).dtype == torch.bfloat16
+    assert torch.all(sampler.model.get_parameter(name) == 1)
+    assert not torch.all(weight == 1)
+    with pytest.raises(KeyError, match="no parameter"):
+        sampler.load_weights([("nope.weight", weight)])
