@@ -31,3 +31,32 @@ def tiny_model(kind: str = "qwen2", seed: int = 0, hidden: int = 64, vocab: int 
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=kind == "qwen2",
     )
     return AutoModelForCausalLM.from_config(config).float().eval()
+
+
+def byte_tokenizer():
+    """A byte-level HF tokenizer with no merges: any text, 256 + 2 ids, built offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<pad>": 0, "<eos>": 1, **{ch: i + 2 for i, ch in enumerate(sorted(alphabet))}}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
+
+
+@pytest.fixture(scope="session")
+def byte_model_dir(tmp_path_factory):
+    """A random tiny Qwen2 with a byte tokenizer, saved as an HF folder (reads any prompt)."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    tokenizer = byte_tokenizer()
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         pad_token_id=0, eos_token_id=1)
+    folder = tmp_path_factory.mktemp("byte-model")
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

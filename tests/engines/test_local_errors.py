@@ -1,0 +1,54 @@
+"""Bad input fails with one clear error before any training."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from precision_oat.engines.local.actor import PrecisionActor
+from precision_oat.engines.local.loop import train
+from precision_oat.engines.local.sampler import KVCacheSampler
+from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
+from tests.conftest import tiny_model
+from tests.engines.helpers import make_args
+
+
+def test_unknown_model_path(tmp_path):
+    with pytest.raises(ValueError, match="--model .*no such folder"):
+        train(make_args(model=str(tmp_path / "missing"), output_dir=str(tmp_path / "out")))
+
+
+def test_prompt_longer_than_the_limit(tmp_path, embedded_policy_dir):
+    with pytest.raises(ValueError, match="longer than --max-prompt-length 3"):
+        train(make_args(model=str(embedded_policy_dir), max_prompt_length=3, output_dir=str(tmp_path)))
+
+
+def test_conflicting_flags(tmp_path):
+    with pytest.raises(ValueError, match="--prompt-data applies to --task math"):
+        train(make_args(prompt_data="data/train/math_1k5", output_dir=str(tmp_path)))
+
+
+def test_dataset_without_the_named_column(tmp_path, embedded_policy_dir):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")
+    with pytest.raises(ValueError, match="--input-key"):
+        train(make_args(model=str(embedded_policy_dir), task="math", prompt_data=str(data), output_dir=str(tmp_path / "o")))
+
+
+def test_resume_without_a_checkpoint(tmp_path):
+    with pytest.raises(ValueError, match="--resume: no checkpoint"):
+        train(make_args(resume=True, output_dir=str(tmp_path)))
+
+
+class NaNTask(ArithmeticTask):
+    def score(self, responses, examples, truncated):
+        return [math.nan for _ in responses]
+
+
+def test_reward_function_returning_nan():
+    tokenizer = char_tokenizer()
+    actor = PrecisionActor(make_args(), KVCacheSampler(tiny_model(vocab=len(tokenizer)), torch.float32), NaNTask(),
+                           tokenizer)
+    with pytest.raises(ValueError, match="non-finite reward nan"):
+        actor.rollout(NaNTask().train_set()[:2], step=0)

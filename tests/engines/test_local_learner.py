@@ -1,0 +1,97 @@
+"""The embedded learner: loss scaling, gradient accumulation, and the physical mismatch."""
+
+import torch
+
+from precision_oat.algorithms import compose
+from precision_oat.args import algorithm_spec
+from precision_oat.engines.local.learner import PrecisionLearner
+from precision_oat.engines.local.sampler import KVCacheSampler
+from precision_oat.mismatch import mismatch_metrics
+from precision_oat.rollout import collate
+from precision_oat.sampling import SamplingParams
+from tests.conftest import tiny_model
+from tests.engines.helpers import make_args
+
+PROMPTS = [[3, 4, 5, 6], [7, 8, 9], [10, 11], [12, 13, 14, 15, 16]]
+
+
+def build(model, **flags):
+    args = make_args(**flags)
+    spec = algorithm_spec(args)
+    precision = args.precision.build()
+    return compose(spec, PrecisionLearner)(args, model, precision, spec, torch.device("cpu"))
+
+
+def rollout_of(model, n=4, seed=0, max_new_tokens=8):
+    sampler = KVCacheSampler(model, torch.float32)
+    completions = sampler.generate(PROMPTS, SamplingParams(n=n, max_new_tokens=max_new_tokens, seed=seed))
+    # Rewards vary inside every group so that every advantage estimator gives a gradient.
+    rewards = [float(i % 2) for i in range(len(completions))]
+    return collate(completions, rewards, n, pad_token_id=0)
+
+
+def test_injected_inf_gradient_skips_the_step_and_shrinks_the_scale():
+    model = tiny_model()
+    rollout = rollout_of(model)
+    learner = build(model, dtype="fp16", algo="grpo", loss_scale_hysteresis=1, num_samples=4)
+    masters = [m.detach().clone() for m in learner.weights.master]
+    computes = [p.detach().clone() for p in learner.weights.compute]
+    scale = learner.scaler.scale
+
+    # An inf appears in one fp16 gradient, as an overflow of the scaled loss would produce.
+    param = learner.weights.compute[0]
+    hook = param.register_hook(lambda g: torch.full_like(g, float("inf")))
+    stats = learner.learn(rollout, step=0)
+    hook.remove()
+
+    assert stats["train/skipped_this_step"] == 1.0 and stats["train/skipped_steps"] == 1.0
+    assert learner.scaler.scale == scale / 2
+    assert all(torch.equal(a, b) for a, b in zip(masters, learner.weights.master))
+    assert all(torch.equal(a, b) for a, b in zip(computes, learner.weights.compute))
+
+    stats = learner.learn(rollout, step=1)
+    assert stats["train/skipped_this_step"] == 0.0 and learner.optimizer_steps == 1
+    assert any(not torch.equal(a, b) for a, b in zip(masters, learner.weights.master))
+
+
+def test_gradient_accumulation_one_by_eight_equals_eight_by_one():
+    base = tiny_model()
+    rollout = rollout_of(base, n=2)
+    results = []
+    for micro in (8, 1):
+        learner = build(tiny_model(), dtype="fp32", algo="grpo-tis", num_samples=2, micro_batch_size=micro,
+                        max_grad_norm=None)
+        stats = learner.learn(rollout, step=0)
+        results.append((stats["loss/policy"], [m.detach().clone() for m in learner.weights.master]))
+    (loss_a, weights_a), (loss_b, weights_b) = results
+    assert abs(loss_a - loss_b) < 1e-6
+    for a, b in zip(weights_a, weights_b):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_fp32_sampler_and_learner_agree():
+    model = tiny_model()
+    rollout = rollout_of(model)
+    learner = build(model, dtype="fp32")
+    metrics = mismatch_metrics(rollout.sampler_logprobs, learner.score(rollout), rollout.response_mask)
+    assert metrics["mismatch/abs_logp_diff_mean"] < 1e-5
+
+
+def test_bf16_mismatch_is_several_times_fp16_and_fp32_is_near_zero(embedded_policy_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from precision_oat.tasks.arithmetic import ArithmeticTask
+
+    tokenizer = AutoTokenizer.from_pretrained(embedded_policy_dir)
+    prompts = [tokenizer(ex.question).input_ids for ex in ArithmeticTask().train_set()[:64]]
+    results = {}
+    for dtype in ("fp32", "fp16", "bf16"):
+        model = AutoModelForCausalLM.from_pretrained(embedded_policy_dir).float()
+        sampler = KVCacheSampler(model, {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype])
+        completions = sampler.generate(prompts, SamplingParams(n=4, max_new_tokens=4, stop_token_ids=(1,), seed=0))
+        rollout = collate(completions, [0.0] * len(completions), 4, pad_token_id=0)
+        learner = build(model, dtype=dtype)
+        results[dtype] = mismatch_metrics(rollout.sampler_logprobs, learner.score(rollout), rollout.response_mask)
+    for key in ("mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std"):
+        assert results["bf16"][key] > 3 * results["fp16"][key], (key, results)
+        assert results["fp32"][key] < 1e-5, (key, results)
