@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-from precision_oat.algorithms import ADVANTAGES, CORRECTIONS, OBJECTIVES, RECIPES, REDUCTIONS
+from precision_oat.algorithms import RECIPES
+from precision_oat.algorithms.registry import valid_names
 from precision_oat.precision import DType, LossScalingMode, Precision
 
 RecipeName = Literal[tuple(RECIPES)]  # type: ignore[valid-type]
-AdvantageName = Literal[tuple(ADVANTAGES)]  # type: ignore[valid-type]
-ObjectiveName = Literal[tuple(OBJECTIVES)]  # type: ignore[valid-type]
-CorrectionName = Literal[tuple(CORRECTIONS)]  # type: ignore[valid-type]
-ReductionName = Literal[tuple(REDUCTIONS)]  # type: ignore[valid-type]
+# Canonical names and their aliases (`--objective ppo` is `clip`); resolve() canonicalises.
+AdvantageName = Literal[tuple(valid_names("advantage"))]  # type: ignore[valid-type]
+ObjectiveName = Literal[tuple(valid_names("objective"))]  # type: ignore[valid-type]
+CorrectionName = Literal[tuple(valid_names("correction"))]  # type: ignore[valid-type]
+ReductionName = Literal[tuple(valid_names("reduction"))]  # type: ignore[valid-type]
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 ``scale`` multiplies the loss before backward. After backward the learner unscales the
 gradients and calls :meth:`update` with whether any was inf/nan: an overflow means the
-step is skipped; the scale shrinks once ``hysteresis`` overflows have been seen since the
-last shrink and grows after ``growth_interval`` consecutive clean steps.
+step is skipped; the ``hysteresis``-th overflow since the scale last grew (or since the
+start) shrinks the scale, and so does every overflow after it until the scale grows again,
+which happens after ``growth_interval`` consecutive clean steps.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ class LossScaler:
         self.skipped_steps += 1
         self.clean_steps = 0
         if c.mode == "dynamic":
-            self._hysteresis_left -= 1
-            if self._hysteresis_left <= 0:
+            # As DeepSpeed: a spent budget stays spent (every overflow shrinks) until the scale grows.
+            if self._hysteresis_left <= 1:
                 self.scale = max(self.scale * c.backoff_factor, c.min_scale)
-                self._hysteresis_left = c.hysteresis
+            else:
+                self._hysteresis_left -= 1
         return True
 
     def state_dict(self) -> dict:

@@ -36,10 +36,11 @@ class LossScaling:
     """Loss scaling for fp16 training (semantics of DeepSpeed's dynamic loss scaler).
 
     The loss is multiplied by ``scale`` before backward and the gradients divided by it
-    before the step. On an inf/nan gradient the step is skipped; after ``hysteresis``
-    such overflows the scale is multiplied by ``backoff_factor`` (not below
+    before the step. On an inf/nan gradient the step is skipped; from the ``hysteresis``-th
+    such overflow on, each one multiplies the scale by ``backoff_factor`` (not below
     ``min_scale``). After ``growth_interval`` clean steps it is multiplied by
-    ``growth_factor``. ``static`` keeps ``initial_scale`` fixed; ``none`` disables it.
+    ``growth_factor`` and the hysteresis budget refills. ``static`` keeps
+    ``initial_scale`` fixed; ``none`` disables it.
     """
 
     mode: LossScalingMode = "none"

@@ -8,6 +8,7 @@ the defaults from it, then lets the remaining flags override them.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -15,6 +16,15 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from precision_oat.args import Args
+
+class _PresetLoader(yaml.SafeLoader):
+    """YAML 1.1 as PyYAML reads it, plus 1.2's exponent floats: ``1e-5`` is a number, as on the command line."""
+
+
+_PresetLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"), list("-+0123456789.")
+)
+
 
 def _groups() -> dict[str, str]:
     """Flat field name → group name ("" for top-level fields of Args)."""
@@ -34,7 +44,7 @@ def load_preset(path: Path | str, base: Optional[Args] = None) -> Args:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--preset {path}: no such file")
-    values = yaml.safe_load(path.read_text()) or {}
+    values = yaml.load(path.read_text(), Loader=_PresetLoader) or {}
     if not isinstance(values, dict):
         raise ValueError(f"--preset {path}: expected a mapping of flag names to values")
     return apply_values(base or Args(), values, source=str(path))
