@@ -131,6 +131,8 @@ class TaskArgs:
 
     # Verifiable task: "arithmetic" (embedded toy) or "math" (math-verify oracle).
     task: Literal["arithmetic", "math"] = "arithmetic"
+    # Largest operand of the arithmetic task's sums.
+    max_operand: int = 49
     # Training prompts: a datasets folder, a .parquet/.jsonl file or a hub id; None uses the task's own.
     prompt_data: Optional[str] = None
     # Split of --prompt-data.

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from pathlib import Path
 from typing import Sequence
@@ -24,11 +25,18 @@ PAD, EOS = "<pad>", "<eos>"
 
 
 class ArithmeticTask(Task):
-    """``"a+b="`` → ``"c"``; reward 1 for the exact sum, else 0."""
+    """``"a+b="`` → ``"c"``; reward 1 when the response starts with the sum, else 0.
+
+    Only the leading integer counts, so a pretrained model that keeps talking after the
+    answer is graded on the answer alone.
+    """
 
     name = "arithmetic"
 
     def __init__(self, max_operand: int = 49, num_train: int = 2000, num_eval: int = 200, seed: int = 1234):
+        total = (max_operand + 1) ** 2
+        num_eval = min(num_eval, total // 5)
+        num_train = min(num_train, total - num_eval)
         rng = random.Random(seed)
         pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
         rng.shuffle(pairs)
@@ -46,7 +54,12 @@ class ArithmeticTask(Task):
         return example.question
 
     def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
-        return [float(not cut and r.strip() == ex.reference) for r, ex, cut in zip(responses, examples, truncated)]
+        return [float(_leading_integer(r) == ex.reference) for r, ex in zip(responses, examples)]
+
+
+def _leading_integer(text: str) -> str | None:
+    match = re.match(r"\s*(-?\d+)", text)
+    return match.group(1) if match else None
 
 
 def char_tokenizer():
