@@ -183,7 +183,7 @@ class RolloutArgs:
 class TrainArgs:
     """The learner."""
 
-    # RL steps (rollout + update).
+    # RL steps (rollout + update); 0 evaluates the policy as loaded and stops.
     steps: int = 60
     # AdamW learning rate.
     learning_rate: float = 2e-4

@@ -38,3 +38,17 @@ def test_every_algo_trains_in_every_dtype(tmp_path, embedded_policy_dir, algo, d
     if lora_rank:
         # Merged LoRA only touches the adapted projections.
         assert all(k.endswith("proj.weight") for k in changed)
+
+
+def test_steps_zero_is_a_standalone_evaluation(tmp_path, embedded_policy_dir):
+    summary = train(make_args(model=str(embedded_policy_dir), steps=0, eval_samples=4, output_dir=str(tmp_path)))
+    # The warmed-up policy adds correctly part of the time: avg@4 strictly between 0 and 1.
+    assert 0.0 < summary["eval/addition/avg@4"] < 1.0
+    assert summary["eval/addition/pass@4"] >= summary["eval/addition/avg@4"]
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_offline_wandb_writes_a_local_run(tmp_path, embedded_policy_dir):
+    pytest.importorskip("wandb")
+    train(make_args(model=str(embedded_policy_dir), steps=1, wandb_mode="offline", output_dir=str(tmp_path)))
+    assert list((tmp_path / "wandb").glob("offline-run-*"))

@@ -118,6 +118,14 @@ def train(args: Args) -> dict:
     log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
                  run_name=args.log.run_name or out.name, resume=args.log.resume)
     steps, per_step = args.train.steps, args.rollout.prompts_per_step
+    if steps == 0:
+        # Standalone evaluation of the policy as loaded.
+        metrics = {"step": 0, **evaluate(actor, task, args, 0)}
+        log.log(metrics, total_steps=0, echo=False)
+        log.close()
+        print("\n".join(f"{k}: {v:.4f}" for k, v in metrics.items() if k.startswith("eval/")), flush=True)
+        (out / "summary.json").write_text(json.dumps(metrics, indent=2))
+        return metrics
     for step in range(start_step, steps):
         batch = _epoch_order(examples, step, per_step, args.train.seed)
         rollout, metrics = actor.rollout(batch, step)
