@@ -158,7 +158,7 @@ class RolloutArgs:
     # Sampler implementation: the built-in KV-cache decoder or an in-process vLLM.
     sampler: Literal["builtin", "vllm"] = "builtin"
     # Prompts per RL step.
-    prompts_per_step: int = 16
+    prompts_per_step: int = 32
     # Samples per prompt (G).
     num_samples: int = 8
     # Sampling temperature (the trainer scores with the same temperature).
@@ -186,7 +186,7 @@ class TrainArgs:
     # RL steps (rollout + update); 0 evaluates the policy as loaded and stops.
     steps: int = 60
     # AdamW learning rate.
-    learning_rate: float = 2e-4
+    learning_rate: float = 5e-4
     # AdamW weight decay.
     weight_decay: float = 0.0
     # AdamW betas.

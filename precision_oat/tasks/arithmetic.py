@@ -33,7 +33,9 @@ class ArithmeticTask(Task):
 
     name = "arithmetic"
 
-    def __init__(self, max_operand: int = 49, num_train: int = 2000, num_eval: int = 200, seed: int = 1234):
+    # A small training set, revisited every few steps, as in the paper's sanity test: can
+    # the algorithm fit problems the policy can already partly solve?
+    def __init__(self, max_operand: int = 49, num_train: int = 256, num_eval: int = 200, seed: int = 1234):
         total = (max_operand + 1) ** 2
         num_eval = min(num_eval, total // 5)
         num_train = min(num_train, total - num_eval)
@@ -125,7 +127,7 @@ def supervised_warmup(hidden: int, layers: int, steps: int, batch: int, lr: floa
     tokenizer = char_tokenizer()
     model = AutoModelForCausalLM.from_config(tiny_qwen2_config(hidden=hidden, layers=layers))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    train = ArithmeticTask(max_operand=max_operand).train_set()
+    train = ArithmeticTask(max_operand=max_operand, num_train=2000).train_set()
     rng = random.Random(seed)
     for _ in range(steps):
         rows = [ex.question + ex.reference for ex in rng.sample(train, batch)]
