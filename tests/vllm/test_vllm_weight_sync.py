@@ -1,0 +1,84 @@
+"""Weights pushed with load_weights are the ones vLLM samples with; its dtype sets the mismatch.
+
+Δ_t = log π − log μ with π an fp32 transformers forward (the trainer) and μ vLLM's log-prob.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+
+from precision_oat.sampling import SamplingParams
+
+pytestmark = pytest.mark.requires_vllm
+
+
+def _mean_abs_delta(model, completions, hf_logprobs) -> float:
+    pi = torch.cat(hf_logprobs(model, completions))
+    mu = torch.cat([torch.tensor(c.logprobs) for c in completions])
+    return (pi - mu).abs().mean().item()
+
+
+def _trained_further(model, recipe, steps: int = 3):
+    """The learner's side: a copy of the policy after a few optimiser steps."""
+    model = copy.deepcopy(model).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    rng = random.Random(99)
+    for _ in range(steps):
+        ids = torch.tensor([recipe.fact_stream(rng, 32) for _ in range(8)])
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def test_after_load_weights_fp32_logprobs_match_the_trainer(engine, trained, recipe, hf_logprobs):
+    sampler = engine("float32")
+    updated = _trained_further(trained[0], recipe)
+    params = SamplingParams(n=2, max_new_tokens=32, seed=8)
+    prompts = recipe.make_prompts(16, seed=3)
+
+    stale = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+    # named_parameters, as the learner exports: the tied embedding appears once.
+    sampler.load_weights(updated.named_parameters())
+    synced = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+
+    assert stale > 1e-3, "the update should move the log-probs, or this test cannot fail"
+    assert synced < 1e-5
+
+
+def test_loading_a_subset_updates_it_and_keeps_the_rest(engine, trained, recipe, hf_logprobs):
+    # What a LoRA learner sends: merged attention projections only.
+    sampler = engine("float32")
+    updated = copy.deepcopy(trained[0])
+    generator = torch.Generator().manual_seed(0)
+    subset = []
+    with torch.no_grad():
+        for name, p in updated.named_parameters():
+            if name.endswith(("q_proj.weight", "v_proj.weight")):
+                p.add_(0.05 * torch.randn(p.shape, generator=generator))
+                subset.append((name, p))
+    params = SamplingParams(n=2, max_new_tokens=32, seed=9)
+    prompts = recipe.make_prompts(16, seed=4)
+
+    stale = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+    sampler.load_weights(subset)
+    synced = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+
+    assert stale > 1e-3
+    assert synced < 1e-5
+
+
+def test_bf16_sampler_mismatch_is_several_times_fp16s(engine, trained, recipe, hf_logprobs):
+    model, _ = trained
+    params = SamplingParams(n=1, max_new_tokens=64, seed=21)
+    prompts = recipe.make_prompts(32, seed=5)
+    delta = {dtype: _mean_abs_delta(model, engine(dtype).generate(prompts, params), hf_logprobs) for dtype in ("bfloat16", "float16", "float32")}
+
+    assert delta["float32"] < 1e-5
+    assert delta["float16"] > 10 * delta["float32"]
+    # 7 vs 10 mantissa bits: the paper's ~8x; 2x leaves room for a small model's noise.
+    assert delta["bfloat16"] > 2 * delta["float16"], delta
