@@ -184,7 +184,7 @@ class TrainArgs:
     """The learner."""
 
     # RL steps (rollout + update); 0 evaluates the policy as loaded and stops.
-    steps: int = 60
+    steps: int = 100
     # AdamW learning rate.
     learning_rate: float = 5e-4
     # AdamW weight decay.

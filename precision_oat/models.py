@@ -38,6 +38,13 @@ def load_policy(args: ModelArgs, log: Callable[[str], None] = print) -> Policy:
         raise ValueError(f"--model {source}: could not load it ({e})") from e
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if gguf:
+        # transformers dequantises GGUF weights on load but still flags the model (and its
+        # config, hence every checkpoint saved from it) as quantised, which forbids .float()
+        # and .to(dtype); the weights are plain tensors, so drop the flags.
+        model.hf_quantizer = None
+        model.is_quantized = False
+        model.config.__dict__.pop("quantization_config", None)
     return Policy(model.float(), tokenizer, folder)
 
 

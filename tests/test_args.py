@@ -125,11 +125,20 @@ def test_every_cli_flag_has_its_own_help():
     assert sorted(flags) == sorted("--" + name.replace("_", "-") for name in fields)
 
 
+def _field_comment(cls, name: str) -> str:
+    """The comment line above ``name`` in the source of ``cls``."""
+    lines = inspect.getsource(cls).splitlines()
+    index = next(i for i, line in enumerate(lines) if line.strip().startswith(f"{name}:"))
+    return lines[index - 1].strip().removeprefix("# ")
+
+
 def test_help_parser_sees_wrapped_choices_and_defaults():
     # Guards the parser above: --algo's choices wrap onto a second line at 80 columns.
     flags = cli_flags()
     assert flags["--gradient-checkpointing"].names == ["--gradient-checkpointing", "--no-gradient-checkpointing"]
-    assert flags["--steps"].help == "RL steps (rollout + update)."
+    from precision_oat.args import TrainArgs
+
+    assert flags["--steps"].help == _field_comment(TrainArgs, "steps")
 
 
 @pytest.mark.parametrize("cls", ARGS_CLASSES, ids=lambda c: c.__name__)

@@ -95,7 +95,7 @@ def tiny_qwen2_config(vocab_size: int = len(VOCAB), hidden: int = 64, layers: in
 
 
 # Warm-up settings; changing any of them changes the cache key.
-WARMUP = dict(hidden=64, layers=2, steps=200, batch=128, lr=3e-3, seed=0, max_operand=49, version=2)
+WARMUP = dict(hidden=64, layers=2, steps=300, batch=128, lr=3e-3, seed=0, max_operand=49, version=2)
 
 
 def warmup_cache_dir() -> Path:

@@ -1,0 +1,28 @@
+"""``python -m precision_oat.mismatch``: the mismatch lab (see :mod:`precision_oat.mismatch.lab`).
+
+Examples::
+
+    python -m precision_oat.mismatch                      # embedded tiny policy, CPU or GPU
+    python -m precision_oat.mismatch --model DIR --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf \\
+        --prompt-data prompts.jsonl --prompt-template chat --num-prompts 128 --max-new-tokens 512
+"""
+
+from __future__ import annotations
+
+import sys
+
+import tyro
+
+from precision_oat.mismatch.lab import LabArgs, run_lab
+
+
+def cli(argv=None) -> dict:
+    args = tyro.cli(LabArgs, args=argv, prog="python -m precision_oat.mismatch")
+    try:
+        return run_lab(args, log=lambda line: print(line, flush=True))
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    cli()

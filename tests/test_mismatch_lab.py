@@ -1,0 +1,63 @@
+"""The mismatch lab end to end on CPU: real sampler, real trainer forward, real files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from precision_oat.mismatch.__main__ import cli
+from precision_oat.mismatch.lab import RATIO_KEYS, LabArgs, run_lab
+
+STAT_KEYS = {
+    "mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismatch/abs_logp_diff_max",
+    "mismatch/prob_diff_max", "mismatch/prob_diff_min", "mismatch/seq_logratio_mean", "mismatch/seq_logratio_std",
+    "mismatch/seq_logratio_abs_max", "mismatch/seq_logratio_slope", "mismatch/seq_kl",
+}
+
+
+@pytest.fixture(scope="module")
+def embedded_report(embedded_policy_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lab")
+    args = LabArgs(model=str(embedded_policy_dir), num_prompts=16, num_samples=4, max_new_tokens=6,
+                   device="cpu", output_dir=out)
+    return run_lab(args, log=lambda *_: None), out
+
+
+def test_lab_writes_documented_json_and_both_figures(embedded_report):
+    report, out = embedded_report
+    on_disk = json.loads((out / "mismatch.json").read_text())
+    assert on_disk == json.loads(json.dumps(report))
+    assert set(on_disk) == {"settings", "dtypes", "ratios"}
+    assert list(on_disk["dtypes"]) == ["bf16", "fp16", "fp32"]
+    for stats in on_disk["dtypes"].values():
+        assert STAT_KEYS <= set(stats)
+        assert stats["sequences"] == 16 * 4
+        assert stats["response_tokens"] > 0
+    assert set(on_disk["ratios"]) == set(RATIO_KEYS)
+    assert on_disk["settings"]["num_prompts"] == 16 and on_disk["settings"]["device"] == "cpu"
+    for name in ("token_probs.png", "seq_logratio.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bf16_mismatch_exceeds_fp16_and_fp32_is_near_zero(embedded_report):
+    report, _ = embedded_report
+    stats = report["dtypes"]
+    # 7 versus 10 mantissa bits: ~8x per rounding; on the embedded policy ~10x on CPU.
+    assert report["ratios"]["abs_logp_diff_mean"] > 3.0
+    assert stats["bf16"]["mismatch/seq_kl"] > stats["fp16"]["mismatch/seq_kl"]
+    assert stats["fp32"]["mismatch/abs_logp_diff_mean"] < 1e-5
+    ratio = stats["bf16"]["mismatch/abs_logp_diff_mean"] / stats["fp16"]["mismatch/abs_logp_diff_mean"]
+    assert report["ratios"]["abs_logp_diff_mean"] == pytest.approx(ratio, rel=1e-12)
+
+
+def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question": f"question {i}?"}) + "\n" for i in range(3)))
+    out = tmp_path / "out"
+    report = cli(["--model", str(byte_model_dir), "--prompt-data", str(prompts), "--input-key", "question",
+                  "--dtypes", "fp32", "--num-prompts", "2", "--num-samples", "2", "--max-new-tokens", "4",
+                  "--device", "cpu", "--no-plots", "--output-dir", str(out)])
+    assert report["dtypes"]["fp32"]["sequences"] == 2 * 2
+    assert report["ratios"] == {}
+    assert sorted(p.name for p in out.iterdir()) == ["mismatch.json"]
