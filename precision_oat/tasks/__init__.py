@@ -15,7 +15,8 @@ def build_task(args, tokenizer=None) -> Task:
 
         if t.prompt_data is not None:
             raise ValueError("--prompt-data applies to --task math; the arithmetic task makes its own prompts")
-        return ArithmeticTask(max_operand=t.max_operand, **({'num_train': t.max_train} if t.max_train else {}))
+        sizes = {"num_train": t.max_train} if t.max_train else {}
+        return ArithmeticTask(max_operand=t.max_operand, template=t.prompt_template, tokenizer=tokenizer, **sizes)
     from precision_oat.tasks.math import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, MathTask
 
     e = args.eval

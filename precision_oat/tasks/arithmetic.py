@@ -35,7 +35,13 @@ class ArithmeticTask(Task):
 
     # A small training set, revisited every few steps, as in the paper's sanity test: can
     # the algorithm fit problems the policy can already partly solve?
-    def __init__(self, max_operand: int = 49, num_train: int = 256, num_eval: int = 200, seed: int = 1234):
+    def __init__(self, max_operand: int = 49, num_train: int = 256, num_eval: int = 200, seed: int = 1234,
+                 template: str = "no", tokenizer=None):
+        if template not in ("no", "chat"):
+            raise ValueError(f"--prompt-template {template}: the arithmetic task takes 'no' (raw \"a+b=\") or 'chat'")
+        if template == "chat" and getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("--prompt-template chat needs a tokenizer with a chat template")
+        self.template, self.tokenizer = template, tokenizer
         total = (max_operand + 1) ** 2
         num_eval = min(num_eval, total // 5)
         num_train = min(num_train, total - num_eval)
@@ -53,7 +59,13 @@ class ArithmeticTask(Task):
         return {"addition": self._eval} if self._eval else {}
 
     def render(self, example: Example) -> str:
-        return example.question
+        if self.template == "no":
+            return example.question
+        # Instruct models answer a question in their chat format; the reward reads the leading integer.
+        message = f"What is {example.question.rstrip('=')}? Reply with the number only."
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False
+        )
 
     def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         return [float(_leading_integer(r) == ex.reference) for r, ex in zip(responses, examples)]
