@@ -184,7 +184,7 @@ class TrainArgs:
     """The learner."""
 
     # RL steps (rollout + update); 0 evaluates the policy as loaded and stops.
-    steps: int = 100
+    steps: int = 60
     # AdamW learning rate.
     learning_rate: float = 5e-4
     # AdamW weight decay.
@@ -245,6 +245,8 @@ class LogArgs:
     run_name: Optional[str] = None
     # Print a progress line every N steps.
     log_every: int = 1
+    # After training, sample and rescore the final policy in each of these dtypes (mismatch_probe.json); empty skips it.
+    probe_dtypes: tuple[DType, ...] = ("bf16", "fp16")
 
 
 @dataclass

@@ -52,3 +52,12 @@ def test_offline_wandb_writes_a_local_run(tmp_path, embedded_policy_dir):
     pytest.importorskip("wandb")
     train(make_args(model=str(embedded_policy_dir), steps=1, wandb_mode="offline", output_dir=str(tmp_path)))
     assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_final_probe_reports_bf16_above_fp16(tmp_path, embedded_policy_dir):
+    summary = train(make_args(model=str(embedded_policy_dir), steps=1, probe_dtypes=["bf16", "fp16", "fp32"],
+                              output_dir=str(tmp_path)))
+    probe = json.loads((tmp_path / "mismatch_probe.json").read_text())
+    assert probe == summary["probe"]
+    assert probe["ratios"]["abs_logp_diff_mean"] > 3
+    assert probe["dtypes"]["fp32"]["mismatch/abs_logp_diff_mean"] < 1e-5

@@ -193,14 +193,17 @@ class PrecisionLearner(PolicyLoss):
         state.update({n: w.detach().float().cpu() for n, w in self.export_weights()})
         return state
 
-    def save_policy(self, folder) -> None:
-        """A folder ``AutoModelForCausalLM.from_pretrained`` loads: fp32, LoRA merged."""
+    def export_model(self) -> torch.nn.Module:
+        """The current policy as a plain fp32 HF model on the CPU (LoRA merged)."""
         from transformers import AutoModelForCausalLM
 
-        config = copy.deepcopy(self.config)
-        model = AutoModelForCausalLM.from_config(config).float()
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(self.config)).float()
         model.load_state_dict(self.full_state(), strict=False)
-        model.save_pretrained(folder)
+        return model.eval()
+
+    def save_policy(self, folder) -> None:
+        """A folder ``AutoModelForCausalLM.from_pretrained`` loads: fp32, LoRA merged."""
+        self.export_model().save_pretrained(folder)
 
     # --- checkpoint state ---
 

@@ -142,7 +142,10 @@ def train(args: Args) -> dict:
         if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps:
             save_checkpoint(out, step + 1, learner, policy.tokenizer)
     log.close()
-    summary = summarize_run(log.history, out)
+    probe = probe_mismatch(learner, actor, examples, args, device) if args.log.probe_dtypes and steps else {}
+    if probe:
+        (out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
+    summary = summarize_run(log.history, out, probe)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
@@ -158,7 +161,22 @@ def _epoch_order(examples: list, step: int, per_step: int, seed: int) -> list:
     return picked
 
 
-def summarize_run(history: list[dict], out: Path) -> dict:
+def probe_mismatch(learner, actor: PrecisionActor, examples: list, args: Args, device) -> dict:
+    """The final policy's sampler–trainer mismatch in each ``--probe-dtypes`` dtype, on the same prompts."""
+    from precision_oat.mismatch.lab import LabArgs, bf16_fp16_ratios, measure_dtype
+    from precision_oat.models import Policy
+
+    policy = Policy(learner.export_model(), actor.tokenizer, None)
+    prompts = [actor.encode(e) for e in examples[:32]]
+    lab = LabArgs(num_samples=4, max_new_tokens=args.rollout.max_new_tokens, temperature=args.rollout.temperature,
+                  seed=args.train.seed, micro_batch_size=args.train.micro_batch_size, plots=False,
+                  attn_implementation=args.model.attn_implementation)
+    quiet = lambda *_: None  # noqa: E731
+    results = {d: measure_dtype(lab, policy, prompts, d, device, quiet)[0] for d in args.log.probe_dtypes}
+    return {"dtypes": results, "ratios": bf16_fp16_ratios(results)}
+
+
+def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> dict:
     if not history:
         return {"output_dir": str(out)}
     window = max(1, len(history) // 10)
@@ -182,4 +200,13 @@ def summarize_run(history: list[dict], out: Path) -> dict:
         f"outputs: {out}/metrics.jsonl, config.json, summary.json, checkpoints/",
         flush=True,
     )
+    if probe:
+        summary["probe"] = probe
+        line = "  ".join(f"{d} {r['mismatch/abs_logp_diff_mean']:.2e}" for d, r in probe["dtypes"].items())
+        print(f"final policy, |Δlogp| per dtype (same prompts, sampler vs trainer): {line}", flush=True)
+        if probe["ratios"]:
+            ratios = probe["ratios"]
+            print(f"bf16/fp16: {ratios['abs_logp_diff_mean']:.1f}x token |Δlogp|, "
+                  f"{ratios['seq_logratio_std']:.1f}x seq log-ratio std, {ratios['k3']:.0f}x k3 "
+                  f"(mismatch_probe.json)", flush=True)
     return summary

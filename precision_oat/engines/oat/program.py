@@ -1,0 +1,124 @@
+"""``run(args)``: precision-oat's learner and actor in Oat's program, launched with launchpad.
+
+    launcher (this process)   maps the args, resolves the model folder, builds Oat's program
+    ipc_server                Plasma shared memory: rollouts from actors to learners
+    actor_0_i                 PrecisionActor: sampler (vLLM or built-in) + task rewards
+    learner_0_i               PrecisionLearner: DeepSpeed, policy_loss, weight broadcast
+
+On a CPU-only machine the layout is one actor and one learner sharing "device 0", the
+built-in sampler, gloo everywhere, and a bf16 or fp32 trainer (DeepSpeed refuses fp16
+without a GPU). ``python -m precision_oat.main --backend oat …`` lands here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from precision_oat.args import Args
+
+
+def portable_embedded_policy(folder: Path) -> Path:
+    """The embedded policy's weights in ``folder``, with a tokenizer saved by this venv's transformers.
+
+    The cached policy may have been written by the core venv's newer transformers, whose
+    tokenizer files transformers 4.51 (Oat's) cannot read; weights and config load in both.
+    """
+    from precision_oat.tasks.arithmetic import char_tokenizer, embedded_policy
+
+    source = embedded_policy()
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        if (source / name).is_file():
+            shutil.copy2(source / name, folder / name)
+    char_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def resolve_pretrain(args: Args, out: Path) -> str:
+    """A folder (or hub id) that ``from_pretrained`` loads without extra arguments, as Oat does."""
+    m = args.model
+    if m.model is None:
+        return str(portable_embedded_policy(out / "initial_model"))
+    if m.gguf_file is None:
+        return m.model
+    # Oat loads the policy with a bare from_pretrained: dequantise the GGUF checkpoint once.
+    folder = out / "initial_model"
+    if not (folder / "config.json").is_file():
+        from precision_oat.models import load_policy
+
+        policy = load_policy(m)
+        policy.model.save_pretrained(folder)
+        policy.tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def build_program(args: Args, out: Path):
+    """Oat's ``get_program`` with our learner (composed from ``--algo``) and actor."""
+    from oat.interface import get_program
+
+    from precision_oat.algorithms import compose
+    from precision_oat.engines.oat.actor import PrecisionActor
+    from precision_oat.engines.oat.args import to_oat_args
+    from precision_oat.engines.oat.cpu import one_device_for_layout
+    from precision_oat.engines.oat.learner import PrecisionLearner
+
+    pretrain = resolve_pretrain(args, out)
+    oat_args = to_oat_args(args, pretrain=pretrain, output_dir=out, cuda_devices=torch.cuda.device_count())
+    learner_cls = compose(oat_args.algorithm, PrecisionLearner)
+    with one_device_for_layout():
+        program, resources = get_program(oat_args, learner_cls=learner_cls, actor_cls=PrecisionActor)
+    return oat_args, program, resources
+
+
+def run(args: Args) -> dict:
+    """Launch the program, wait for it, and return the run's summary (also OUTPUT_DIR/summary.json)."""
+    import launchpad as lp
+
+    from precision_oat.engines.local.loop import output_dir_for, summarize_run
+    from precision_oat.presets import to_values
+
+    out = output_dir_for(args).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if args.log.resume:
+        raise ValueError("--resume is not supported with --backend oat")
+    oat_args, program, resources = build_program(args, out)
+    (out / "config.json").write_text(
+        json.dumps(to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out))), indent=2)
+    )
+    spec, r = oat_args.algorithm, args.rollout
+    print(
+        f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
+        f"{spec.correction} / {spec.reduction}) · sampler {oat_args.sampler} · {oat_args.gpus} device(s)"
+        f"{' collocated' if oat_args.collocate else ''}\nprecision policy:\n{oat_args.precision.describe()}",
+        flush=True,
+    )
+    if oat_args.sampler == "vllm" and (r.temperature != 1.0 or r.top_p != 1.0):
+        print("warning: vLLM 0.8.4 reports log μ before temperature/top-p; the mismatch metrics assume "
+              "--temperature 1 --top-p 1", file=sys.stderr, flush=True)
+
+    from precision_oat.engines.oat.learner import LEARNER_ERROR
+
+    error = out / LEARNER_ERROR
+    error.unlink(missing_ok=True)
+    manager = lp.launch(program, launch_type=oat_args.launch_type, local_resources=resources, terminal="current_terminal")
+    try:
+        manager.wait()
+    except BaseException:
+        manager.stop_and_wait()
+        raise
+
+    if error.is_file():
+        raise RuntimeError(f"the Oat learner failed:\n{error.read_text()}")
+    metrics = out / "metrics.jsonl"
+    history = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    if not any("loss/policy" in h for h in history):
+        raise RuntimeError(f"the Oat program ended without a training step; see the log above and {out}")
+    summary = summarize_run([h for h in history if "reward/mean" in h], out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
