@@ -119,13 +119,7 @@ def train(args: Args) -> dict:
                  run_name=args.log.run_name or out.name, resume=args.log.resume)
     steps, per_step = args.train.steps, args.rollout.prompts_per_step
     if steps == 0:
-        # Standalone evaluation of the policy as loaded.
-        metrics = {"step": 0, **evaluate(actor, task, args, 0)}
-        log.log(metrics, total_steps=0, echo=False)
-        log.close()
-        print("\n".join(f"{k}: {v:.4f}" for k, v in metrics.items() if k.startswith("eval/")), flush=True)
-        (out / "summary.json").write_text(json.dumps(metrics, indent=2))
-        return metrics
+        return evaluate_only(actor, task, args, log, out)
     for step in range(start_step, steps):
         batch = _epoch_order(examples, step, per_step, args.train.seed)
         rollout, metrics = actor.rollout(batch, step)
@@ -150,14 +144,26 @@ def train(args: Args) -> dict:
     return summary
 
 
+def evaluate_only(actor: PrecisionActor, task: Task, args: Args, log: RunLog, out: Path) -> dict:
+    """``--steps 0``: evaluate the policy as loaded, log it as step 0, and stop."""
+    metrics = {"step": 0, **evaluate(actor, task, args, 0)}
+    log.log(metrics, total_steps=0, echo=False)
+    log.close()
+    print("\n".join(f"{k}: {v:.4f}" for k, v in metrics.items() if k.startswith("eval/")), flush=True)
+    (out / "summary.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
 def _epoch_order(examples: list, step: int, per_step: int, seed: int) -> list:
     """The prompts of ``step``: consecutive slices of a per-epoch shuffle (resumable from the step alone)."""
+    orders: dict[int, list[int]] = {}
     picked = []
     for i in range(step * per_step, (step + 1) * per_step):
         epoch, offset = divmod(i, len(examples))
-        order = list(range(len(examples)))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        picked.append(examples[order[offset]])
+        if epoch not in orders:
+            orders[epoch] = list(range(len(examples)))
+            random.Random(seed * 1_000_003 + epoch).shuffle(orders[epoch])
+        picked.append(examples[orders[epoch][offset]])
     return picked
 
 
