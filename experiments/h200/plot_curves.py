@@ -1,10 +1,11 @@
 """Figures of docs/results.md from the H200 RL runs (benchmarks/results/h200_rl/*/metrics.jsonl).
 
-    python experiments/h200/plot_curves.py [RUNS_DIR] [FIG_DIR]
+    python experiments/h200/plot_curves.py [RUNS_DIR] [FIG_DIR] [NAME]
 
 Writes ``h200_rl_reward.png`` (training reward, fp16 vs bf16, per algorithm and learning rate;
 thin lines are seeds, thick the seed mean, all smoothed over 10 steps) and
-``h200_rl_mismatch.png`` (per-step |Δ| token mean and sequence log-ratio std of each rollout).
+``h200_rl_mismatch.png`` (per-step |Δ| token mean and sequence log-ratio std of each rollout);
+NAME (default ``rl``) replaces ``rl`` in both file names and is shown in the title.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def smooth(values: np.ndarray, window: int = 10) -> np.ndarray:
     return np.convolve(padded, kernel, mode="valid")
 
 
-def main(runs_dir: Path, fig_dir: Path) -> None:
+def main(runs_dir: Path, fig_dir: Path, name: str = "rl") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,9 +62,10 @@ def main(runs_dir: Path, fig_dir: Path) -> None:
                         label=f"{dtype} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
             ax.set(title=f"{algo}, lr {lr}", xlabel="RL step", ylabel="training reward (10-step mean)", ylim=(0, 1))
             ax.legend(loc="upper left")
-    fig.suptitle("SmolLM2-135M-Instruct on arithmetic (a+b, a,b ≤ 9), H200: fp16 vs bf16", fontsize=11)
+    suffix = "" if name == "rl" else f", {name}"
+    fig.suptitle(f"SmolLM2-135M-Instruct on arithmetic (a+b, a,b ≤ 9{suffix}), H200: fp16 vs bf16", fontsize=11)
     fig.tight_layout()
-    fig.savefig(fig_dir / "h200_rl_reward.png", dpi=110)
+    fig.savefig(fig_dir / f"h200_{name}_reward.png", dpi=110)
     plt.close(fig)
 
     keys = [("mismatch/abs_logp_diff_mean", "token mean |Δ|"),
@@ -79,11 +81,12 @@ def main(runs_dir: Path, fig_dir: Path) -> None:
         ax.set(yscale="log", xlabel="RL step", ylabel=label, title=f"{label} per rollout (lr {lrs[0]}, seed 0)")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(fig_dir / "h200_rl_mismatch.png", dpi=110)
+    fig.savefig(fig_dir / f"h200_{name}_mismatch.png", dpi=110)
     plt.close(fig)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     main(Path(args[0]) if args else ROOT / "benchmarks/results/h200_rl",
-         Path(args[1]) if len(args) > 1 else ROOT / "docs/figures")
+         Path(args[1]) if len(args) > 1 else ROOT / "docs/figures",
+         args[2] if len(args) > 2 else "rl")

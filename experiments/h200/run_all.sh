@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU experiment of docs/results.md in one call on one H200 (~8 minutes):
-#   1. GGUF -> fp32 HF folder (through load_policy, with experiments/h200/models_gguf.patch applied);
+#   1. GGUF -> fp32 HF folder (through load_policy);
 #   2. eight RL runs in parallel on the GPU: {pg, grpo} x {fp16, bf16} x lr {1e-5, 5e-5},
 #      SmolLM2-135M-Instruct on the arithmetic task (max operand 9, 16 new tokens), seed 0;
 #   3. meanwhile the mismatch lab: 128 MATH prompts (chat template) x 1 sample x <= 512 tokens, bf16/fp16/fp32;
@@ -15,7 +15,6 @@ STEPS=${STEPS:-150}
 mkdir -p "$R"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 
-patch -p1 -N --dry-run < experiments/h200/models_gguf.patch >/dev/null 2>&1 && patch -p1 -N < experiments/h200/models_gguf.patch
 rm -rf "$HF" "$R"; mkdir -p "$R"
 [ -f "$HF/config.json" ] || python3 experiments/h200/gguf_to_hf.py "$GGUF_DIR" "$GGUF" "$HF" 2>&1 | grep -v "it/s" || exit 1
 
