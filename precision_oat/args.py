@@ -13,6 +13,7 @@ from typing import Literal, Optional
 
 from precision_oat.algorithms import RECIPES
 from precision_oat.algorithms.registry import valid_names
+from precision_oat.engines.oat.options import OatArgs
 from precision_oat.precision import DType, LossScalingMode, Precision
 
 RecipeName = Literal[tuple(RECIPES)]  # type: ignore[valid-type]
@@ -275,6 +276,8 @@ class Args:
     eval: EvalArgs = field(default_factory=EvalArgs)
     # Outputs.
     log: LogArgs = field(default_factory=LogArgs)
+    # Oat backend only: process layout and DeepSpeed.
+    oat: OatArgs = field(default_factory=OatArgs)
 
 
 def algorithm_spec(args: Args):

@@ -176,6 +176,11 @@ class Precision:
             raise PrecisionError("DeepSpeed keeps fp32 master weights; use --master-dtype fp32 with --backend oat")
         ls = self.loss_scaling
         if self.trainer == "fp16":
+            if ls.mode == "dynamic" and (ls.growth_factor != 2.0 or ls.backoff_factor != 0.5):
+                raise PrecisionError(
+                    "DeepSpeed's loss scaler always grows ×2 and backs off ×0.5; leave "
+                    "--loss-scale-growth-factor and --loss-scale-backoff-factor at their defaults with --backend oat"
+                )
             power = math.log2(ls.initial_scale)
             if ls.mode == "dynamic" and not power.is_integer():
                 raise PrecisionError("DeepSpeed needs --initial-loss-scale to be a power of two")

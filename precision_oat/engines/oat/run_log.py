@@ -23,6 +23,7 @@ class OatRunLog:
             run_name=source.log.run_name or out.name, resume=False,
         )
         self.steps_logged: set[int] = set()
+        self.evals_logged: set[int] = set()
 
     def log(self, logs: dict) -> None:
         has_eval = any(k.startswith("eval/") for k in logs)
@@ -31,9 +32,11 @@ class OatRunLog:
         if round_ is None and not has_eval:
             return
         step = int(round(round_)) if round_ is not None else 0
-        if step in self.steps_logged and not has_eval:
+        if step in self.steps_logged and (not has_eval or step in self.evals_logged):
             return
         self.steps_logged.add(step)
+        if has_eval:
+            self.evals_logged.add(step)
         metrics = {"step": step, **{k: v for k, v in logs.items() if k != "train/learning_round"}}
         echo = step % self.log_every == 0 or step == self.total_steps
         self.run_log.log(metrics, total_steps=self.total_steps, echo=echo)
