@@ -144,7 +144,7 @@ class TaskArgs:
     output_key: str = "answer"
     # Use at most this many training prompts; None uses all.
     max_train: Optional[int] = None
-    # Prompt template (precision_oat.templates), or "chat" for the tokenizer's chat template.
+    # Prompt template: math takes those of precision_oat.templates, arithmetic "no", "fewshot" or "chat".
     prompt_template: str = "no"
     # Reward of a response cut at the length limit; None grades it like any other.
     truncated_reward: Optional[float] = 0.0

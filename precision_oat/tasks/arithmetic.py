@@ -21,6 +21,7 @@ import torch
 from precision_oat.tasks.base import Example, Task
 
 VOCAB = ["<pad>", "<eos>", *"0123456789+="]
+FEWSHOT = "3+4=7\n12+25=37\n8+9=17\n41+6=47\n"
 PAD, EOS = "<pad>", "<eos>"
 
 
@@ -37,8 +38,10 @@ class ArithmeticTask(Task):
     # the algorithm fit problems the policy can already partly solve?
     def __init__(self, max_operand: int = 49, num_train: int = 256, num_eval: int = 200, seed: int = 1234,
                  template: str = "no", tokenizer=None):
-        if template not in ("no", "chat"):
-            raise ValueError(f"--prompt-template {template}: the arithmetic task takes 'no' (raw \"a+b=\") or 'chat'")
+        if template not in ("no", "fewshot", "chat"):
+            raise ValueError(
+                f"--prompt-template {template}: the arithmetic task takes 'no' (raw \"a+b=\"), 'fewshot' or 'chat'"
+            )
         if template == "chat" and getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("--prompt-template chat needs a tokenizer with a chat template")
         self.template, self.tokenizer = template, tokenizer
@@ -61,6 +64,9 @@ class ArithmeticTask(Task):
     def render(self, example: Example) -> str:
         if self.template == "no":
             return example.question
+        if self.template == "fewshot":
+            # Worked sums teach a pretrained LM the format: it answers with the number.
+            return FEWSHOT + example.question
         # Instruct models answer a question in their chat format; the reward reads the leading integer.
         message = f"What is {example.question.rstrip('=')}? Reply with the number only."
         return self.tokenizer.apply_chat_template(
