@@ -24,6 +24,7 @@ from precision_oat.algorithms import AlgorithmSpec, PolicyBatch, PolicyLoss
 from precision_oat.args import Args
 from precision_oat.engines.local.master_weights import MasterWeights
 from precision_oat.loss_scaler import LossScaler
+from precision_oat.microbatch import chunks, mean_stats
 from precision_oat.mismatch import mismatch_metrics
 from precision_oat.precision import Precision
 from precision_oat.rollout import Rollout
@@ -73,7 +74,7 @@ class PrecisionLearner(PolicyLoss):
         self.model.eval()
         width = rollout.input_ids.shape[1] - 1
         out = torch.zeros(rollout.num_sequences, width, device=self.device)
-        for index in self._chunks(torch.arange(rollout.num_sequences), self.args.train.micro_batch_size):
+        for index in chunks(torch.arange(rollout.num_sequences), self.args.train.micro_batch_size):
             part = rollout.select(index)
             out[index, : part.input_ids.shape[1] - 1] = self.token_logprobs(part)
         self.model.train()
@@ -98,10 +99,10 @@ class PrecisionLearner(PolicyLoss):
         skipped = 0
         for _ in range(t.num_epochs):
             order = torch.randperm(rollout.num_sequences, generator=generator)
-            for mini in self._chunks(order, batch_size):
+            for mini in chunks(order, batch_size):
                 num_tokens = float(rollout.response_mask[mini].sum().clamp(min=1))
                 total = 0.0
-                for micro in self._chunks(mini, t.micro_batch_size):
+                for micro in chunks(mini, t.micro_batch_size):
                     loss, s = self._micro_step(rollout, old_logprobs, advantages, micro, len(mini), num_tokens)
                     total += loss
                     loss_stats.append(s)
@@ -110,7 +111,7 @@ class PrecisionLearner(PolicyLoss):
                 norms.append(norm)
                 skipped += was_skipped
 
-        stats.update(_mean_stats(loss_stats))
+        stats.update(mean_stats(loss_stats))
         stats.update(
             {
                 "loss/policy": sum(losses) / len(losses),
@@ -156,11 +157,6 @@ class PrecisionLearner(PolicyLoss):
             self.optimizer_steps += 1
         self.weights.zero_grad()
         return norm, skip
-
-    @staticmethod
-    def _chunks(index: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
-        for i in range(0, len(index), size):
-            yield index[i : i + size]
 
     # --- weights out ---
 
@@ -244,8 +240,3 @@ def _hf_name(peft_name: str) -> str:
 def _finite_mean(values: list[float]) -> float:
     finite = [v for v in values if math.isfinite(v)]
     return sum(finite) / len(finite) if finite else float("nan")
-
-
-def _mean_stats(items: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for s in items for k in s}
-    return {k: sum(s[k] for s in items if k in s) / sum(1 for s in items if k in s) for k in keys}

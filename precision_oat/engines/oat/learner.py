@@ -30,8 +30,6 @@ from __future__ import annotations
 import time
 import traceback
 from pathlib import Path
-from typing import Iterator
-
 import launchpad as lp
 import numpy as np
 import torch
@@ -43,6 +41,7 @@ from precision_oat.engines.oat.cpu import install_cpu_shims, learner_device
 from precision_oat.engines.oat.prompts import prompt_row
 from precision_oat.engines.oat.run_log import OatRunLog
 from precision_oat.engines.oat.strategy import learner_base_hooks
+from precision_oat.microbatch import chunks, mean_stats
 from precision_oat.mismatch import mismatch_metrics
 from precision_oat.tasks import build_task
 
@@ -138,10 +137,10 @@ class PrecisionLearner(PolicyLoss, PPOLearner):
         losses, loss_stats, norms = [], [], []
         for _ in range(args.num_ppo_epochs):
             order = torch.randperm(n, generator=generator).to(self.device)
-            for batch in _chunks(order, per_step):
+            for batch in chunks(order, per_step):
                 num_tokens = float(loss_mask[batch].sum().clamp(min=1.0))
                 total = 0.0
-                micro_batches = list(_chunks(batch, micro))
+                micro_batches = list(chunks(batch, micro))
                 for j, index in enumerate(micro_batches):
                     ids, att, width = _trim(input_ids[index], attention[index])
                     logprobs, _ = self.get_batch_logps(self.model, ids, att, temperature=args.temperature)
@@ -168,7 +167,7 @@ class PrecisionLearner(PolicyLoss, PPOLearner):
                 losses.append(total)
 
         engine = self.model.model
-        stats.update(_mean_stats(loss_stats))
+        stats.update(mean_stats(loss_stats))
         stats.update(
             {
                 "loss/policy": float(np.mean(losses)),
@@ -187,7 +186,7 @@ class PrecisionLearner(PolicyLoss, PPOLearner):
     def _score(self, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
         """log π_old of every next token, [N, L-1], one no-grad forward per micro-batch."""
         out = torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1, device=self.device)
-        for index in _chunks(torch.arange(len(input_ids), device=self.device), self.args.train_batch_size_per_device):
+        for index in chunks(torch.arange(len(input_ids), device=self.device), self.args.train_batch_size_per_device):
             ids, att, width = _trim(input_ids[index], attention[index])
             out[index, : width - 1], _ = self.get_batch_logps(self.model, ids, att, temperature=self.args.temperature)
         return out
@@ -208,11 +207,6 @@ class PrecisionLearner(PolicyLoss, PPOLearner):
         return metrics
 
 
-def _chunks(index: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
-    for i in range(0, len(index), size):
-        yield index[i : i + size]
-
-
 def _trim(input_ids: torch.Tensor, attention: torch.Tensor):
     """Drop the padding columns every row of a micro-batch shares (sequences are right-padded)."""
     width = int(attention.sum(-1).max())
@@ -226,8 +220,3 @@ def _transpose(rows):
 def _top_level(key: str) -> str:
     inner = key.removeprefix("train/")
     return inner if inner.startswith(TOP_LEVEL) else key
-
-
-def _mean_stats(items: list[dict]) -> dict:
-    keys = {k for s in items for k in s}
-    return {k: float(np.mean([s[k] for s in items if k in s])) for k in keys}
