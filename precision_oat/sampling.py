@@ -46,3 +46,8 @@ class Sampler(Protocol):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the sampler's weights with these (HF parameter names, any dtype)."""
         ...
+
+
+def stop_token_ids(tokenizer) -> tuple[int, ...]:
+    """The ids that end a response: the tokenizer's EOS plus any ``stop_token_ids`` it declares."""
+    return tuple(sorted({tokenizer.eos_token_id, *getattr(tokenizer, "stop_token_ids", ())} - {None}))

@@ -93,11 +93,11 @@ def measure_dtype(args: LabArgs, policy, prompt_ids: list[list[int]], dtype: DTy
     from precision_oat.mismatch import mismatch_histograms, mismatch_metrics
     from precision_oat.precision import Precision
     from precision_oat.rollout import collate
-    from precision_oat.sampling import SamplingParams
+    from precision_oat.sampling import SamplingParams, stop_token_ids
 
     tokenizer = policy.tokenizer
     precision = Precision.from_flags(dtype)
-    stop_ids = tuple(sorted({tokenizer.eos_token_id, *getattr(tokenizer, "stop_token_ids", ())} - {None}))
+    stop_ids = stop_token_ids(tokenizer)
     params = SamplingParams(args.num_samples, args.temperature, 1.0, args.max_new_tokens, stop_ids, args.seed)
 
     sampler = KVCacheSampler(policy.model, precision.sampler_dtype, device, tokenizer.pad_token_id)

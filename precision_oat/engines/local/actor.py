@@ -8,7 +8,7 @@ from typing import Sequence
 
 from precision_oat.args import Args
 from precision_oat.rollout import Rollout, collate
-from precision_oat.sampling import Completion, Sampler, SamplingParams
+from precision_oat.sampling import Completion, Sampler, SamplingParams, stop_token_ids
 from precision_oat.tasks.base import Example, Task
 
 
@@ -18,7 +18,7 @@ class PrecisionActor:
         self.sampler = sampler
         self.task = task
         self.tokenizer = tokenizer
-        self.stop_ids = tuple(sorted({tokenizer.eos_token_id, *getattr(tokenizer, "stop_token_ids", ())} - {None}))
+        self.stop_ids = stop_token_ids(tokenizer)
 
     def encode(self, example: Example) -> list[int]:
         return self.tokenizer(self.task.render(example), add_special_tokens=False).input_ids

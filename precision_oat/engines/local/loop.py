@@ -57,11 +57,11 @@ def check_prompts(task: Task, actor: PrecisionActor, limit: int) -> list:
     examples = task.train_set()
     if not examples:
         raise ValueError(f"task {task.name!r} has no training examples")
-    too_long = [e for e in examples if len(actor.encode(e)) > limit]
+    too_long = [n for n in (len(actor.encode(e)) for e in examples) if n > limit]
     if too_long:
         raise ValueError(
             f"{len(too_long)} of {len(examples)} prompts are longer than --max-prompt-length {limit} tokens "
-            f"(longest {max(len(actor.encode(e)) for e in too_long)}); raise the limit or filter the data"
+            f"(longest {max(too_long)}); raise the limit or filter the data"
         )
     return examples
 
