@@ -13,12 +13,28 @@ over the sequences with at least one response token. KL estimators follow Schulm
     mismatch/seq_logratio_mean     mean ρ           (…_std: population std, …_abs_max: max |ρ|)
     mismatch/seq_logratio_slope    least-squares slope of ρ against response length
     mismatch/seq_kl                mean over sequences of Σ_t (exp Δ − 1 − Δ) ≥ 0
+
+:func:`mismatch_breakdown` says where the mismatch lives. Buckets are half-open [lo, hi),
+the last one open to the right; a bucket without tokens gets no key.
+
+    mismatch/mu/<lo>-<hi>/abs_logp_diff_mean        mean |Δ| over tokens with lo ≤ μ < hi
+    mismatch/mu/<lo>-<hi>/token_frac                their share of the response tokens
+    mismatch/position/<lo>-<hi>/abs_logp_diff_mean  mean |Δ| over tokens at those positions
+    mismatch/seq_logratio_slope                     as above
+    mismatch/seq_abs_logratio_slope                 least-squares slope of |ρ| against length
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+
+PROB_BUCKETS = (0.0, 0.1, 0.5, 0.9, 1.0)
+"""Edges of the sampler-probability buckets: [0, 0.1), [0.1, 0.5), [0.5, 0.9), [0.9, 1]."""
+POSITION_BUCKETS = (0, 16, 64, 256, 1024, math.inf)
+"""Edges of the buckets of a token's index within its response: [0, 16), …, [1024, ∞)."""
 
 _KEYS = (
     "k1", "k2", "k3", "abs_logp_diff_mean", "abs_logp_diff_max", "prob_diff_max", "prob_diff_min",
@@ -35,6 +51,22 @@ def _prepare(sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor, mas
     return log_mu, log_pi, keep, rows
 
 
+def _least_squares_slope(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Slope b of the least-squares line y ≈ a + b·x; 0 when x has fewer than two distinct values."""
+    centred = x - x.mean()
+    spread = (centred**2).sum()
+    slope = (centred * (y - y.mean())).sum() / torch.where(spread > 0, spread, 1.0)
+    return torch.where(spread > 0, slope, 0.0)
+
+
+def _nonempty_buckets(edges: tuple[float, ...], sums_then_counts: list[float]):
+    """(label "<lo>-<hi>", (|Δ| sum, token count)) for every bucket that holds a token."""
+    n = len(edges) - 1
+    for lo, hi, abs_sum, count in zip(edges, edges[1:], sums_then_counts[:n], sums_then_counts[n:]):
+        if count > 0:
+            yield f"{lo:g}-{hi:g}", (abs_sum, count)
+
+
 def mismatch_metrics(
     sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
@@ -49,9 +81,7 @@ def mismatch_metrics(
 
     rho = delta.sum(-1)[rows]
     lengths = keep.sum(-1)[rows].to(torch.float64)
-    centred = lengths - lengths.mean()
-    spread = (centred**2).sum()
-    slope = (centred * (rho - rho.mean())).sum() / spread if spread > 0 else torch.zeros((), dtype=torch.float64)
+    slope = _least_squares_slope(lengths, rho)
 
     out = {
         "k1": (-d).mean(),
@@ -89,3 +119,45 @@ def mismatch_histograms(
         "trainer_prob": log_pi[keep].exp(),
     }
     return {f"mismatch/{key}": value.cpu().numpy() for key, value in arrays.items()}
+
+
+def mismatch_breakdown(
+    sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """Mean |Δ| by sampler probability μ and by position in the response, and ρ's growth with length.
+
+    A token's position is its index among the response tokens of its row, so responses may
+    start at any column. Empty buckets are left out; the slopes are 0 with fewer than two
+    distinct response lengths. Vectorised on the tensors' device, in float64.
+    """
+    log_mu, log_pi, keep, rows = _prepare(sampler_logprobs, trainer_logprobs, mask)
+    # padding may hold −inf or nan; zero it before it can reach a sum
+    delta = torch.where(keep, log_pi - log_mu, 0.0)
+    mu = torch.where(keep, log_mu, 0.0).exp()
+    position = keep.cumsum(-1) - 1
+    weight = keep.to(torch.float64).flatten()
+    abs_delta = delta.abs().flatten() * weight
+
+    def sums_and_counts(values: torch.Tensor, edges: tuple[float, ...]) -> torch.Tensor:
+        inner = torch.tensor(edges[1:-1], dtype=values.dtype, device=values.device)
+        bucket = torch.bucketize(values, inner, right=True).flatten()  # lo ≤ value < hi
+        sums = abs_delta.new_zeros(len(edges) - 1).index_add_(0, bucket, abs_delta)
+        counts = abs_delta.new_zeros(len(edges) - 1).index_add_(0, bucket, weight)
+        return torch.cat([sums, counts])
+
+    rho = delta.sum(-1)[rows]
+    lengths = keep.sum(-1)[rows].to(torch.float64)
+    slopes = torch.stack([_least_squares_slope(lengths, rho), _least_squares_slope(lengths, rho.abs())])
+    values = torch.cat([slopes, sums_and_counts(mu, PROB_BUCKETS), sums_and_counts(position, POSITION_BUCKETS)])
+    values = values.tolist()  # the one device-to-host transfer
+    n_mu = len(PROB_BUCKETS) - 1
+    by_mu, by_position = values[2 : 2 + 2 * n_mu], values[2 + 2 * n_mu :]
+
+    out = {"mismatch/seq_logratio_slope": values[0], "mismatch/seq_abs_logratio_slope": values[1]}
+    total = sum(by_mu[n_mu:])
+    for label, (abs_sum, count) in _nonempty_buckets(PROB_BUCKETS, by_mu):
+        out[f"mismatch/mu/{label}/abs_logp_diff_mean"] = abs_sum / count
+        out[f"mismatch/mu/{label}/token_frac"] = count / total
+    for label, (abs_sum, count) in _nonempty_buckets(POSITION_BUCKETS, by_position):
+        out[f"mismatch/position/{label}/abs_logp_diff_mean"] = abs_sum / count
+    return out
