@@ -4,28 +4,42 @@
    last ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces). Templates that open a ``<think>``
    block count only the text after exactly one ``</think>``; the ``r1`` template counts only
    the last ``<answer>...</answer>`` after ``</think>``.
-2. Equivalence: a normalised-string comparison first (no sympy, no pool), then math-verify
-   (``parse`` + ``verify``) against each accepted reference.
-3. math-verify can hang on adversarial input (a power tower such as 9^{9^{9^{9^9}}} keeps
+2. Exact numbers (in the caller's process, no sympy): an answer that is a plain number literal
+   (an integer, a decimal, scientific notation such as ``1.5e3`` or ``1.5 \\times 10^{3}``, or a
+   ratio ``p/q`` / ``\\frac{p}{q}`` of such numbers, with an optional sign) is a rational number,
+   kept exact with :class:`decimal.Decimal` (never a float). Two literals are equal when they are
+   equal as rationals: ``3/4``, ``6/8``, ``0.75`` and ``\\frac{3}{4}`` are one answer, while
+   ``0.333333`` is not ``1/3`` and ``12345678901234567891`` is not ``12345678901234567890``.
+   When the answer and every reference are literals, this comparison is the verdict and
+   math-verify is not asked (it rounds floats to 6 decimals and reads ``2e19`` as ``2*E*19``).
+   A percent sign counts as decoration or as /100: ``50\\%`` matches ``50`` and ``0.5``.
+3. Otherwise equivalence is a normalised-string comparison, then math-verify (``parse`` +
+   ``verify``) against each accepted reference that is not already decided exactly.
+4. math-verify can hang on adversarial input (a power tower such as 9^{9^{9^{9^9}}} keeps
    sympy busy for minutes) and its own timeout uses ``signal.alarm``, which only works in a
-   main thread. So every math-verify call runs in a worker of a process pool with the timeout
-   enforced from outside: a worker that overruns is killed with its pool, which is recreated.
-   A timed-out, unparsable or crashed comparison grades as incorrect and is counted.
-   Workers start with ``forkserver`` (``spawn`` where that is missing), never ``fork``, so a
-   script that grades must guard its entry point with ``if __name__ == "__main__":``.
+   main thread. So every math-verify call runs in a worker process with the timeout enforced
+   from outside: a worker that overruns is killed and replaced. A timed-out, unparsable or
+   crashed comparison grades as incorrect and is counted. Workers are plain interpreters
+   running :mod:`precision_oat.tasks.grading_worker` (not multiprocessing children), so they
+   never import the caller's main module: grading works from a script without a
+   ``if __name__ == "__main__":`` guard, from ``python -`` and from a notebook alike.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing
+import json
 import os
+import queue
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, Inexact, Overflow, Underflow
+from pathlib import Path
 from typing import Literal, Optional, Sequence
 
 # Templates whose prompt opens a <think> block: only text after exactly one </think> counts.
@@ -99,7 +113,6 @@ def _answer_tag(response: str) -> Optional[str]:
 # Removed before comparing strings: sizing and spacing macros, math delimiters, degrees, percent.
 _DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\ ", "$")
 _DROP += ("^{\\circ}", "^\\circ", "\\%", "%")
-_NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)$")
 
 
 def normalize(answer: str) -> str:
@@ -113,14 +126,90 @@ def normalize(answer: str) -> str:
     return s
 
 
+# Number literals, matched against the normalised answer; ASCII digits only. Exponents stop at
+# 6 digits: a larger one is no answer a grader needs to hold exactly.
+_UNSIGNED = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_SIGNED = rf"[+-]?{_UNSIGNED}"
+_SCIENTIFIC = re.compile(
+    rf"({_SIGNED})(?:[eE]([+-]?\d{{1,6}})|(?:\\times|\\cdot)10\^(?:\{{([+-]?\d{{1,6}})\}}|(\d)))?", re.ASCII
+)
+_SLASH = re.compile(rf"({_SIGNED})/({_SIGNED})", re.ASCII)
+_FRAC = re.compile(rf"([+-]?)\\frac(?:\{{({_SIGNED})\}}|(\d))(?:\{{({_SIGNED})\}}|(\d))", re.ASCII)
+_HUNDRED = Decimal(100)
+
+
+@dataclass(frozen=True)
+class ExactNumber:
+    """A number literal as an exact ratio of decimals; ``percent`` if it carried a percent sign."""
+
+    numerator: Decimal
+    denominator: Decimal  # never zero
+    percent: bool = False
+
+    def equals(self, other: "ExactNumber") -> bool:
+        if self.percent == other.percent:
+            return _same_ratio(self.numerator, self.denominator, other.numerator, other.denominator)
+        plain, pct = (other, self) if self.percent else (self, other)
+        return _same_ratio(plain.numerator, plain.denominator, pct.numerator, pct.denominator) or _same_ratio(
+            plain.numerator, plain.denominator, pct.numerator, _exact_product(pct.denominator, _HUNDRED)
+        )
+
+
+def _exact_product(x: Decimal, y: Decimal) -> Decimal:
+    # A product of n- and m-digit coefficients has at most n + m digits: this precision is exact.
+    digits = len(x.as_tuple().digits) + len(y.as_tuple().digits)
+    context = Context(prec=digits, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, Overflow, Underflow])
+    return context.multiply(x, y)
+
+
+def _same_ratio(a: Decimal, b: Decimal, c: Decimal, d: Decimal) -> bool:
+    """Whether a/b == c/d, exactly (b and d nonzero)."""
+    return _exact_product(a, d) == _exact_product(c, b)
+
+
+def exact_number(answer: str) -> Optional[ExactNumber]:
+    """The exact value of ``answer`` if it is a plain number literal (see the module docstring), else None."""
+    s = normalize(answer)
+    percent = "%" in answer
+    match = _SCIENTIFIC.fullmatch(s)
+    if match:
+        mantissa, *exponents = match.groups()
+        exponent = next((e for e in exponents if e is not None), None)
+        return ExactNumber(Decimal(mantissa if exponent is None else f"{mantissa}e{exponent}"), Decimal(1), percent)
+    match = _SLASH.fullmatch(s)
+    if match:
+        numerator, denominator = Decimal(match.group(1)), Decimal(match.group(2))
+    else:
+        match = _FRAC.fullmatch(s)
+        if not match:
+            return None
+        sign, braced_num, digit_num, braced_den, digit_den = match.groups()
+        numerator, denominator = Decimal(braced_num or digit_num), Decimal(braced_den or digit_den)
+        if sign == "-":
+            numerator = numerator.copy_negate()  # exact, unlike unary minus under a context
+    if denominator.is_zero():
+        return None
+    return ExactNumber(numerator, denominator, percent)
+
+
 def strings_equal(answer: str, reference: str) -> bool:
-    """The fast path: equal after :func:`normalize`, or equal as plain decimal numbers."""
+    """The fast path: equal after :func:`normalize`, or equal as exact number literals."""
     a, r = normalize(answer), normalize(reference)
     if a == r and a:
         return True
-    if _NUMBER.match(a) and _NUMBER.match(r):
-        return float(a) == float(r)
-    return False
+    x, y = exact_number(answer), exact_number(reference)
+    return x is not None and y is not None and x.equals(y)
+
+
+def exact_verdict(answer: str, references: Sequence[str]) -> Optional[Verdict]:
+    """The verdict without math-verify where there is one: ``"correct"`` if :func:`strings_equal`
+    holds for a reference, ``"incorrect"`` if the answer and every reference are number literals
+    (none equal), else None."""
+    if any(strings_equal(answer, r) for r in references):
+        return "correct"
+    if exact_number(answer) is not None and all(exact_number(r) is not None for r in references):
+        return "incorrect"
+    return None
 
 
 def reference_answers(reference: str | Sequence[str]) -> tuple[str, ...]:
@@ -130,7 +219,17 @@ def reference_answers(reference: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def judge(answer: str, references: tuple[str, ...]) -> Verdict:
-    """math-verify equivalence of ``answer`` to any reference. Runs inside a pool worker."""
+    """Equivalence of ``answer`` to any reference: exact numbers first, then math-verify.
+
+    Calls math-verify without a timeout, so it runs inside a grading worker.
+    """
+    verdict = exact_verdict(answer, references)
+    if verdict is not None:
+        return verdict
+    if exact_number(answer) is not None:
+        # A literal answer against a literal reference was decided exactly above.
+        references = tuple(r for r in references if exact_number(r) is None)
+
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     config = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -142,7 +241,7 @@ def judge(answer: str, references: tuple[str, ...]) -> Verdict:
             extraction_config=config,
             fallback_mode="no_fallback",
             extraction_mode="first_match",
-            parsing_timeout=None,  # the pool enforces the timeout; signal.alarm is not ours to use
+            parsing_timeout=None,  # the caller enforces the timeout; signal.alarm is not ours to use
         )
 
     predicted = _parse(answer)
@@ -155,71 +254,147 @@ def judge(answer: str, references: tuple[str, ...]) -> Verdict:
     return "incorrect"
 
 
-# --- the process pool ---
+# --- the worker processes ---
 
-_pool: Optional[ProcessPoolExecutor] = None
-_pool_workers = 0
-_lock = threading.Lock()
+# Seconds a new worker may take to import math-verify and report ready.
+_START_TIMEOUT_S = 300.0
+# Longest single wait for a reply, in seconds.
+_POLL_S = 0.25
+# The folder that holds the precision_oat package, for workers of an uninstalled checkout.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+# A worker's command line: drop the current directory from sys.path (it is the caller's, and
+# may shadow modules), reach this very package, and serve.
+_WORKER_BOOT = (
+    "import sys; root = sys.argv[1]; sys.path[:] = [p for p in sys.path if p != '']; "
+    "root in sys.path or sys.path.insert(0, root); "
+    "from precision_oat.tasks.grading_worker import main; main()"
+)
 
 
 def default_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _init_worker() -> None:
-    import logging
+class _Worker:
+    """One grading process, spoken to in JSON lines; its replies go to the pool's queue."""
 
-    import math_verify  # noqa: F401  (import once per worker, not per item)
+    def __init__(self, replies: queue.SimpleQueue):
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _WORKER_BOOT, _PACKAGE_ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        self.started = time.monotonic()
+        self.ready = False
+        self.job: Optional[int] = None  # index of the job in flight
+        self.deadline = 0.0
+        threading.Thread(target=self._read, args=(replies,), daemon=True).start()
 
-    # math-verify warns on every process that its own timeout is off; ours is outside.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-
-
-def _ping() -> int:
-    time.sleep(0.05)  # long enough that each worker picks up one ping
-    return os.getpid()
-
-
-def _context():
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    # Workers fork from a server that has math-verify imported: a restart after a timeout
-    # then costs a fork, not an interpreter start. (No effect if the server already runs.)
-    context.set_forkserver_preload(["__main__", "math_verify", __name__])
-    return context
-
-
-def _get_pool(workers: int) -> ProcessPoolExecutor:
-    global _pool, _pool_workers
-    if _pool is not None and _pool_workers != workers:
-        _discard_pool()
-    if _pool is None:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_init_worker)
-        # Start every worker now, so that per-item deadlines do not include start-up time.
+    def _read(self, replies: queue.SimpleQueue) -> None:
         try:
-            for f in [pool.submit(_ping) for _ in range(workers)]:
-                f.result(timeout=300)
-        except BrokenProcessPool as e:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise RuntimeError(
-                "the grading process pool failed to start; a script that grades at import time "
-                "must guard its entry point with `if __name__ == \"__main__\":`"
-            ) from e
-        _pool, _pool_workers = pool, workers
-    return _pool
+            for line in self.process.stdout:
+                replies.put((self, json.loads(line)))
+        except ValueError:
+            pass  # a garbled line: treat the worker as dead
+        finally:
+            self.process.stdout.close()
+            replies.put((self, None))  # the worker is gone
+
+    def send(self, index: int, job: tuple[str, tuple[str, ...]], timeout_s: float) -> None:
+        answer, references = job
+        self.process.stdin.write(json.dumps([answer, list(references)]).encode() + b"\n")
+        self.process.stdin.flush()
+        self.job, self.deadline = index, time.monotonic() + timeout_s
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass  # the pipe is broken: nothing left to flush
+
+
+class _Pool:
+    """A fixed number of workers; :meth:`run` grades jobs under a per-job deadline."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.pid = os.getpid()
+        self.replies: queue.SimpleQueue = queue.SimpleQueue()
+        self.workers = [_Worker(self.replies) for _ in range(size)]
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+        self.workers = []
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self.workers[self.workers.index(worker)] = _Worker(self.replies)
+
+    def run(self, jobs: Sequence[tuple[str, tuple[str, ...]]], timeout_s: float) -> list[Verdict]:
+        verdicts: list[Optional[Verdict]] = [None] * len(jobs)
+        crashes = [0] * len(jobs)
+        pending = deque(range(len(jobs)))
+        while pending or any(w.job is not None for w in self.workers):
+            for worker in list(self.workers):
+                if pending and worker.ready and worker.job is None:
+                    i = pending.popleft()
+                    try:
+                        worker.send(i, jobs[i], timeout_s)
+                    except OSError:  # it died while idle; the job never started
+                        pending.appendleft(i)
+                        self._replace(worker)
+            # A job's clock starts when a worker takes it, so start-up time counts against no job.
+            deadlines = [w.deadline for w in self.workers if w.job is not None]
+            deadlines += [w.started + _START_TIMEOUT_S for w in self.workers if not w.ready]
+            # Short waits: Ctrl-C may land on a reader thread, and then only wakes this one at its timeout.
+            wait_s = min([d - time.monotonic() for d in deadlines] + [_POLL_S])
+            try:
+                worker, message = self.replies.get(timeout=max(0.0, wait_s))
+            except queue.Empty:
+                worker, message = None, None
+            if worker is not None and worker in self.workers:
+                if message == "ready":
+                    worker.ready = True
+                elif message is None:  # it died (out of memory, a crash in sympy, ...)
+                    if not worker.ready:
+                        worker.kill()
+                        raise RuntimeError(
+                            f"a grading worker exited while starting (exit code {worker.process.returncode}); "
+                            "its error is printed above"
+                        )
+                    if worker.job is not None:
+                        i = worker.job
+                        crashes[i] += 1
+                        if crashes[i] >= 2:
+                            verdicts[i] = "error"
+                        else:
+                            pending.append(i)
+                    self._replace(worker)
+                elif worker.job is not None:
+                    verdicts[worker.job] = message
+                    worker.job = None
+            now = time.monotonic()
+            for worker in list(self.workers):
+                if worker.job is not None and worker.deadline <= now:
+                    verdicts[worker.job] = "timeout"
+                    self._replace(worker)
+                elif not worker.ready and now - worker.started > _START_TIMEOUT_S:
+                    raise RuntimeError(f"a grading worker did not start within {_START_TIMEOUT_S:.0f} s")
+        return [v if v is not None else "error" for v in verdicts]
+
+
+_pool: Optional[_Pool] = None
+_lock = threading.Lock()
 
 
 def _discard_pool() -> None:
-    """Kill the pool's workers (one may be stuck in sympy) and forget the pool."""
+    """Kill the workers (one may be stuck in sympy) and forget the pool."""
     global _pool
     pool, _pool = _pool, None
-    if pool is None:
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        if process.is_alive():
-            process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
+    if pool is not None and pool.pid == os.getpid():
+        pool.close()
 
 
 atexit.register(_discard_pool)
@@ -228,54 +403,30 @@ atexit.register(_discard_pool)
 def judge_many(
     jobs: Sequence[tuple[str, tuple[str, ...]]], timeout_s: float, workers: Optional[int] = None
 ) -> list[Verdict]:
-    """:func:`judge` each ``(answer, references)`` in the pool, each within ``timeout_s`` seconds.
+    """:func:`judge` each ``(answer, references)``, each within ``timeout_s`` seconds.
 
-    At most ``workers`` jobs are in flight, so a job's clock starts when a worker takes it.
-    When a job overruns, the pool is killed and the other in-flight jobs are resubmitted.
+    Jobs that :func:`exact_verdict` decides never leave this process. The others go to a pool of
+    ``workers`` processes, started on first use and kept; a job's clock starts when a worker takes
+    it, and a worker that overruns is killed and replaced while the others keep going.
     """
-    workers = workers or default_workers()
-    verdicts: list[Optional[Verdict]] = [None] * len(jobs)
-    crashes = [0] * len(jobs)
-    pending = deque(range(len(jobs)))
+    global _pool
+    verdicts: list[Optional[Verdict]] = [exact_verdict(answer, refs) for answer, refs in jobs]
+    todo = [i for i, v in enumerate(verdicts) if v is None]
+    if not todo:
+        return verdicts  # type: ignore[return-value]
+    size = workers or default_workers()
     with _lock:
-        inflight: dict[Future, tuple[int, float]] = {}
-        while pending or inflight:
-            pool = _get_pool(workers)
-            restart = False
-            while pending and len(inflight) < workers:
-                i = pending.popleft()
-                try:
-                    inflight[pool.submit(judge, *jobs[i])] = (i, time.monotonic() + timeout_s)
-                except (BrokenProcessPool, RuntimeError):
-                    pending.appendleft(i)
-                    restart = True
-                    break
-            if inflight and not restart:
-                soonest = min(deadline for _, deadline in inflight.values())
-                left = max(0.0, soonest - time.monotonic())
-                done, _ = wait(list(inflight), timeout=left, return_when=FIRST_COMPLETED)
-                for future in done:
-                    i, _ = inflight.pop(future)
-                    try:
-                        verdicts[i] = future.result()
-                    except BrokenProcessPool:
-                        # A worker died (e.g. out of memory); retry once, then give up on the job.
-                        crashes[i] += 1
-                        if crashes[i] >= 2:
-                            verdicts[i] = "error"
-                        else:
-                            pending.append(i)
-                        restart = True
-                    except Exception:
-                        verdicts[i] = "error"
-                now = time.monotonic()
-                for future, (i, deadline) in list(inflight.items()):
-                    if deadline <= now and not future.done():
-                        verdicts[i] = "timeout"
-                        del inflight[future]
-                        restart = True
-            if restart:
-                pending.extendleft(i for i, _ in inflight.values())
-                inflight.clear()
-                _discard_pool()
-    return [v if v is not None else "error" for v in verdicts]
+        if _pool is not None and _pool.pid != os.getpid():
+            _pool = None  # inherited through fork: those workers belong to the parent
+        if _pool is not None and _pool.size != size:
+            _discard_pool()
+        if _pool is None:
+            _pool = _Pool(size)
+        try:
+            results = _pool.run([jobs[i] for i in todo], timeout_s)
+        except BaseException:
+            _discard_pool()  # workers may hold jobs of this call; start clean next time
+            raise
+    for i, verdict in zip(todo, results):
+        verdicts[i] = verdict
+    return verdicts  # type: ignore[return-value]

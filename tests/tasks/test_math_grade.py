@@ -6,7 +6,8 @@ import pytest
 
 from precision_oat.data import load_eval_suite
 from precision_oat.tasks.base import Example
-from precision_oat.tasks.grading import extract_answer, last_boxed
+from precision_oat.tasks import grading
+from precision_oat.tasks.grading import exact_verdict, extract_answer, last_boxed
 from precision_oat.tasks.math import MathGrader, MathTask, grade
 
 TIMEOUT_S = 3.0
@@ -52,6 +53,116 @@ def test_equivalent_answers_are_correct(boxed, reference):
 )
 def test_different_answers_are_incorrect(boxed, reference):
     assert not grade(f"We find ... $\\boxed{{{boxed}}}$", reference)
+
+
+SEVENS, EIGHTS = "7" * 2000, "8" * 2000
+
+
+@pytest.mark.parametrize(
+    "boxed, reference",
+    [
+        ("12345678901234567891", "12345678901234567890"),
+        ("-12345678901234567891", "-12345678901234567890"),
+        (SEVENS, EIGHTS),
+        (SEVENS, SEVENS[:-1] + "8"),
+        ("9" * 5000, "9" * 4999 + "8"),  # past Python's int-from-string digit limit
+        ("12345678901234567891.0", "12345678901234567890"),
+        ("1.2345678901234567891e19", "1.2345678901234567890e19"),
+        ("1.2345678901234567891 \\times 10^{19}", "12345678901234567890"),
+        ("\\frac{12345678901234567891}{2}", "6172839450617283945"),
+        # 31 digits: past decimal's default 28-digit context, so the arithmetic must be exact.
+        ("1234567890123456789012345678901/2", "617283945061728394506172839450.6"),
+        ("-\\frac{1234567890123456789012345678901}{1}", "-1234567890123456789012345678902"),
+    ],
+)
+def test_distinct_big_numbers_are_incorrect(boxed, reference):
+    assert not grade(f"\\boxed{{{boxed}}}", reference)
+    assert exact_verdict(boxed, (reference,)) == "incorrect"  # decided without math-verify
+
+
+@pytest.mark.parametrize(
+    "boxed, reference",
+    [
+        ("12345678901234567890", "12345678901234567890.000"),
+        (SEVENS, SEVENS + ".0"),
+        ("9" * 5000 + ".0", "9" * 5000),
+        ("1234567890123456789012345678901/2", "617283945061728394506172839450.5"),
+        ("1.2345678901234567890 \\times 10^{19}", "12345678901234567890"),
+    ],
+)
+def test_equal_big_numbers_are_correct(boxed, reference):
+    assert grade(f"\\boxed{{{boxed}}}", reference)
+
+
+@pytest.mark.parametrize(
+    "boxed, reference",
+    [
+        ("3/4", "6/8"),
+        ("0.75", "3/4"),
+        ("\\frac{3}{4}", "0.75"),
+        ("\\dfrac{6}{8}", "\\frac{3}{4}"),
+        ("\\frac12", "0.5"),
+        ("-\\frac{1}{2}", "-0.5"),
+        ("\\frac{-1}{2}", "-1/2"),
+        ("\\frac{1}{-2}", "-0.5"),
+        ("\\frac{0.5}{2}", "1/4"),
+        ("1.5e3", "1500"),
+        ("1.5 \\cdot 10^{-2}", "0.015"),
+        ("2 \\times 10^3", "2000"),
+        ("007", "7"),
+        ("2.50", "2.5"),
+        ("+4", "4"),
+        ("-0", "0"),
+        ("50\\%", "50"),
+        ("50\\%", "0.5"),
+        ("0.5", "50\\%"),
+    ],
+)
+def test_equal_rationals_are_correct(boxed, reference):
+    assert grade(f"\\boxed{{{boxed}}}", reference)
+    assert exact_verdict(boxed, (reference,)) == "correct"
+
+
+@pytest.mark.parametrize(
+    "boxed, reference",
+    [
+        ("0.333333", "\\frac{1}{3}"),  # a rounded decimal is not the exact answer
+        ("1/3", "0.3333333333"),
+        ("0.1234567", "0.1234568"),  # math-verify alone rounds both to 0.123457
+        ("1.0000001", "1"),
+        ("3/4", "4/3"),
+        ("1.5e3", "150"),
+        ("50\\%", "5"),
+        ("0.5\\%", "50\\%"),
+        ("-\\frac{1}{2}", "\\frac{1}{2}"),
+    ],
+)
+def test_different_rationals_are_incorrect(boxed, reference):
+    assert not grade(f"\\boxed{{{boxed}}}", reference)
+    assert exact_verdict(boxed, (reference,)) == "incorrect"
+
+
+def test_non_literals_are_left_to_math_verify():
+    assert exact_verdict("x=3", ("3",)) is None
+    assert exact_verdict("3", ("\\sqrt{9}",)) is None
+    assert exact_verdict("\\frac{1}{0}", ("1",)) is None
+    assert exact_verdict("2e", ("5",)) is None  # 2 times Euler's number, not a malformed exponent
+    assert grade("\\boxed{3}", "\\sqrt{9}")
+    assert grade("\\boxed{x = 12345678901234567890}", "12345678901234567890")
+    assert not grade("\\boxed{x = 12345678901234567891}", "12345678901234567890")
+    # One literal reference is decided exactly; the other still goes to math-verify.
+    assert not grade("\\boxed{0.1234567}", ("0.1234568", "\\frac{1}{8}"))
+    assert grade("\\boxed{0.125}", ("0.1234568", "\\frac{1}{8}"))
+
+
+def test_a_killed_worker_is_replaced():
+    assert grade("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")
+    for worker in grading._pool.workers:
+        worker.process.kill()
+    # Each job either meets a dead worker (retried on a fresh one) or a fresh one.
+    correct, info = MathGrader().judge_batch(["\\boxed{2\\sqrt{2}}", "\\boxed{\\sqrt{2}}"], ["\\sqrt{8}", "\\sqrt{8}"])
+    assert correct == [True, False] and info["errors"] == 0
+    assert grade("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")
 
 
 def test_last_boxed_answer_wins():
@@ -135,7 +246,7 @@ def test_every_shipped_reference_grades_correct_when_boxed():
 
 
 def test_math_task_renders_and_scores():
-    task = MathTask(train_limit=3, eval_benchmarks=["aime"], eval_limit=2)
+    task = MathTask(template="r1_distill_qwen", train_limit=3, eval_benchmarks=["aime"], eval_limit=2)
     train = task.train_set()
     assert len(train) == 3
     assert set(task.eval_sets()) == {"aime"} and len(task.eval_sets()["aime"]) == 2
