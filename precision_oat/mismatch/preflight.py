@@ -403,9 +403,8 @@ class PreflightArgs:
 def preflight_from_args(args: PreflightArgs, log=print) -> dict:
     """Load the model and prompts as the mismatch lab does, run the preflight, write preflight.json."""
     from precision_oat.args import ModelArgs
-    from precision_oat.engines.local.loop import resolve_device
     from precision_oat.mismatch.lab import lab_prompts
-    from precision_oat.models import load_policy
+    from precision_oat.models import load_policy, resolve_device
 
     device = resolve_device(args.device)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file), log)
