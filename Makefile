@@ -15,6 +15,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]"
+	# DeepSpeed builds from source against the torch above; its ops compile on first use.
+	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation "$$(sed -n 's/^deepspeed = \["\(.*\)"\]/\1/p' pyproject.toml)"
 	touch $@
 
 run: setup

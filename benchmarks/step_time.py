@@ -1,14 +1,15 @@
-"""Learner step time and sampler throughput per dtype (the cost side of choosing fp16 or bf16).
+"""Learner step time and sampler throughput per dtype, learner and sampler (the cost side of the choice).
 
-    python benchmarks/step_time.py --model DIR [--gguf-file F] --dtypes fp16 bf16 --output OUT.json
+    python benchmarks/step_time.py --model DIR [--gguf-file F] --dtypes fp16 bf16 \
+        --learners builtin deepspeed --samplers builtin vllm --output OUT.json
 
 What it times, on the same weights and synthetic tokens for every dtype d:
-    learner  one :meth:`PrecisionLearner.learn` call = rescoring (full forward, no grad) + forward/
-             backward of every micro-batch + unscale/clip/AdamW on the fp32 masters + the cast back
-             to d; ``batch`` sequences of ``prompt_len + response_len`` tokens, algo pg. Mean of
-             ``iters`` calls after ``warmup`` calls (CUDA synchronised).
-    sampler  :class:`KVCacheSampler` generating ``response_len`` tokens for ``batch`` prompts with
-             no stop token (so every row runs to the end); response tokens per second.
+    learner  one ``update`` call of the shared RL step = rescoring (full forward, no grad) +
+             forward/backward of every micro-batch + the optimiser step, with the built-in learner
+             (fp32 masters, our scaler) or DeepSpeed; ``batch`` sequences of ``prompt_len +
+             response_len`` tokens, algo pg. Mean of ``iters`` calls after ``warmup`` calls.
+    sampler  the built-in KV-cache sampler or vLLM generating ``response_len`` tokens for ``batch``
+             prompts with no stop token (so every row runs to the end); response tokens per second.
 Figures printed and written to ``--output`` (JSON). Results of the H200 run are in
 ``benchmarks/results/h200_step_time.json`` (command in docs/results.md).
 """
@@ -38,6 +39,10 @@ class BenchArgs:
     gguf_file: Optional[str] = None
     # Dtypes to time (sampler and trainer both in each).
     dtypes: tuple[DType, ...] = ("fp16", "bf16")
+    # Learners to time.
+    learners: tuple[Literal["builtin", "deepspeed"], ...] = ("builtin",)
+    # Samplers to time.
+    samplers: tuple[Literal["builtin", "vllm"], ...] = ("builtin",)
     # Sequences per learner step and prompts per sampler call.
     batch: int = 128
     # Prompt tokens per sequence.
@@ -71,35 +76,36 @@ def synthetic_rollout(args: BenchArgs, vocab: int, seed: int = 0):
     return collate(completions, rewards, group_size=8 if args.batch % 8 == 0 else 1, pad_token_id=0)
 
 
-def time_learner(args: BenchArgs, model, dtype: DType, device: torch.device) -> float:
-    from precision_oat.algorithms import compose
+def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device: torch.device) -> float:
     from precision_oat.args import Args, TrainArgs, algorithm_spec
-    from precision_oat.engines.local.learner import PrecisionLearner
+    from precision_oat.engines.local.loop import build_learner
     from precision_oat.precision import Precision
 
-    train_args = Args(train=TrainArgs(micro_batch_size=args.micro_batch_size, learning_rate=1e-7))
-    spec = algorithm_spec(train_args)
-    precision = Precision.from_flags(dtype)
-    learner = compose(spec, PrecisionLearner)(train_args, copy.deepcopy(model), precision, spec, device)
+    train_args = Args(train=TrainArgs(micro_batch_size=args.micro_batch_size, learning_rate=1e-7, learner=learner_kind))
+    learner = build_learner(train_args, copy.deepcopy(model), Precision.from_flags(dtype), algorithm_spec(train_args),
+                            device)
     rollout = synthetic_rollout(args, model.config.vocab_size).to(device)
     times = []
     for i in range(args.warmup + args.iters):
         _sync(device)
         start = time.perf_counter()
-        learner.learn(rollout, i)
+        learner.update(rollout, i)
         _sync(device)
         times.append(time.perf_counter() - start)
     del learner
     return sum(times[args.warmup :]) / args.iters
 
 
-def time_sampler(args: BenchArgs, model, dtype: DType, device: torch.device) -> float:
-    from precision_oat.engines.local.sampler import KVCacheSampler
-    from precision_oat.precision import TORCH_DTYPES
+def time_sampler(args: BenchArgs, policy, dtype: DType, sampler_kind: str, device: torch.device, folder: Path) -> float:
+    from precision_oat.args import RolloutArgs
+    from precision_oat.precision import Precision
+    from precision_oat.samplers import build_sampler
     from precision_oat.sampling import SamplingParams
 
-    sampler = KVCacheSampler(model, TORCH_DTYPES[dtype], device, pad_token_id=0)
-    prompts = synthetic_rollout(args, model.config.vocab_size).input_ids[:, : args.prompt_len].tolist()
+    rollout = RolloutArgs(sampler=sampler_kind, max_new_tokens=args.response_len, max_prompt_length=args.prompt_len,
+                          vllm_gpu_memory_utilization=0.2, vllm_enforce_eager=False)
+    sampler = build_sampler(policy, Precision.from_flags(dtype), device, rollout, 0, folder=folder)
+    prompts = synthetic_rollout(args, policy.model.config.vocab_size).input_ids[:, : args.prompt_len].tolist()
     sampler.generate(prompts[:8], SamplingParams(1, 1.0, 1.0, 8, (), 0))
     _sync(device)
     start = time.perf_counter()
@@ -112,17 +118,20 @@ def time_sampler(args: BenchArgs, model, dtype: DType, device: torch.device) -> 
 
 def main(args: BenchArgs) -> dict:
     from precision_oat.args import ModelArgs
-    from precision_oat.engines.local.loop import resolve_device
-    from precision_oat.models import load_policy
+    from precision_oat.models import load_policy, resolve_device
 
     device = resolve_device(args.device)
-    model = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file)).model
-    rows = {}
+    policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file))
+    folder = Path(args.output or "runs/step_time").with_suffix("") / "vllm_init"
+    rows: dict[str, dict[str, float]] = {}
     for dtype in args.dtypes:
-        step_s = time_learner(args, model, dtype, device)
-        tok_s = time_sampler(args, model, dtype, device)
-        rows[dtype] = {"learner_step_s": step_s, "sampler_tokens_per_s": tok_s}
-        print(f"{dtype}: learner step {step_s * 1000:.1f} ms  ·  sampler {tok_s:,.0f} tok/s", flush=True)
+        row = rows.setdefault(dtype, {})
+        for kind in args.learners:
+            row[f"learner_step_s/{kind}"] = time_learner(args, policy.model, dtype, kind, device)
+            print(f"{dtype}: {kind} learner step {row[f'learner_step_s/{kind}'] * 1000:.1f} ms", flush=True)
+        for kind in args.samplers:
+            row[f"sampler_tokens_per_s/{kind}"] = time_sampler(args, policy, dtype, kind, device, folder)
+            print(f"{dtype}: {kind} sampler {row[f'sampler_tokens_per_s/{kind}']:,.0f} tok/s", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     result = {
@@ -132,11 +141,8 @@ def main(args: BenchArgs) -> dict:
         "dtypes": rows,
     }
     if "fp16" in rows and "bf16" in rows:
-        result["fp16_over_bf16_step_time"] = rows["fp16"]["learner_step_s"] / rows["bf16"]["learner_step_s"]
-        result["fp16_over_bf16_sampler_throughput"] = (
-            rows["fp16"]["sampler_tokens_per_s"] / rows["bf16"]["sampler_tokens_per_s"])
-        print(f"fp16/bf16: step time {result['fp16_over_bf16_step_time']:.3f}x  "
-              f"sampler throughput {result['fp16_over_bf16_sampler_throughput']:.3f}x", flush=True)
+        result["fp16_over_bf16"] = {k: rows["fp16"][k] / rows["bf16"][k] for k in rows["fp16"]}
+        print("fp16/bf16: " + "  ".join(f"{k} {v:.3f}x" for k, v in result["fp16_over_bf16"].items()), flush=True)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(result, indent=2))

@@ -10,6 +10,7 @@ import sys
 from typing import Optional, Sequence
 
 from precision_oat.args import Args
+from precision_oat.errors import UserError
 from precision_oat.presets import parse_args
 
 
@@ -27,8 +28,8 @@ def cli(argv: Optional[Sequence[str]] = None) -> None:
     args = parse_args(argv)
     try:
         run(args)
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        # Bad input is reported in one line; a traceback would bury it.
+    except UserError as e:
+        # Bad input is reported in one line; anything else is a bug and keeps its traceback.
         sys.exit(f"error: {e}")
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from precision_oat.args import ModelArgs
+from precision_oat.errors import UserError
 
 
 @dataclass
@@ -27,15 +28,25 @@ def load_policy(args: ModelArgs, log: Callable[[str], None] = print) -> Policy:
         folder = embedded_policy(log)
         source, gguf = str(folder), None
     else:
-        source, gguf = args.model, args.gguf_file
-        folder = Path(source) if Path(source).is_dir() and gguf is None else None
-        _check_exists(source, gguf)
+        # ModelArgs has checked that a local-looking --model is a folder holding --gguf-file.
+        local = Path(args.model).expanduser()
+        source, gguf = str(local) if local.is_dir() else args.model, args.gguf_file
+        folder = local if local.is_dir() and gguf is None else None
     kwargs = {"gguf_file": gguf} if gguf else {}
+    tokenizer_source = args.tokenizer or source
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or source, **({} if args.tokenizer else kwargs))
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **({} if args.tokenizer else kwargs))
+    except (OSError, ValueError) as e:
+        flag = "--tokenizer" if args.tokenizer else "--model"
+        raise UserError(f"{flag} {tokenizer_source}: could not load its tokenizer ({_one_line(e)})") from e
+    try:
         model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=args.attn_implementation, **kwargs)
-    except OSError as e:
-        raise ValueError(f"--model {source}: could not load it ({e})") from e
+    except ImportError as e:  # the kernel of --attn-implementation needs a package that is missing
+        raise UserError(
+            f"--attn-implementation {args.attn_implementation}: {_one_line(e)}; install it or use --attn-implementation sdpa"
+        ) from e
+    except (OSError, ValueError) as e:
+        raise UserError(f"--model {source}: could not load it ({_one_line(e)})") from e
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if gguf:
@@ -48,10 +59,16 @@ def load_policy(args: ModelArgs, log: Callable[[str], None] = print) -> Policy:
     return Policy(model.float(), tokenizer, folder)
 
 
-def _check_exists(source: str, gguf: str | None) -> None:
-    path = Path(source)
-    looks_local = source.startswith((".", "/", "~")) or path.exists()
-    if looks_local and not path.is_dir():
-        raise ValueError(f"--model {source}: no such folder")
-    if gguf and looks_local and not (path / gguf).is_file():
-        raise ValueError(f"--gguf-file {gguf}: not found in {source}")
+def resolve_device(choice: str):
+    """``--device``: "auto" picks CUDA when a device is visible."""
+    import torch
+
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is visible; use --device cpu")
+    return torch.device("cuda" if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()) else "cpu")
+
+
+def _one_line(error: Exception) -> str:
+    """An exception's message on one line, cut to a readable length."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

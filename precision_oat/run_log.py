@@ -21,11 +21,19 @@ CONSOLE_KEYS = [
 
 
 class RunLog:
-    def __init__(self, output_dir: Path, config: dict, *, wandb_mode: str, project: str, run_name: str, resume: bool):
+    def __init__(self, output_dir: Path, config: dict, *, wandb_mode: str, project: str, run_name: str,
+                 resume_step: Optional[int] = None):
+        """``resume_step``: continue a run whose checkpoint holds this many steps (rows past it are dropped)."""
+        resume = resume_step is not None
         self.path = output_dir / "metrics.jsonl"
-        self.file = self.path.open("a" if resume else "w")
-        self.start = time.time()
-        self.history: list[dict] = []
+        self.history: list[dict] = kept_rows(self.path, resume_step) if resume else []
+        # Rows written after the checkpoint belong to steps that will run again: cut them, atomically.
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in self.history))
+        tmp.replace(self.path)
+        self.file = self.path.open("a")
+        # Elapsed time continues from the checkpoint's step.
+        self.start = time.time() - (float(self.history[-1]["time/elapsed_s"]) if self.history else 0.0)
         self.wandb = None
         if wandb_mode != "disabled":
             try:
@@ -61,6 +69,21 @@ class RunLog:
         self.file.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def kept_rows(path: Path, last_step: int) -> list[dict]:
+    """The rows of ``path`` up to ``last_step`` (a torn last line from a crash is dropped)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("step", 0) <= last_step:
+            rows.append(row)
+    return rows
 
 
 def _jsonable(v):

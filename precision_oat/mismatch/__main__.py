@@ -13,6 +13,7 @@ import sys
 
 import tyro
 
+from precision_oat.errors import UserError
 from precision_oat.mismatch.lab import LabArgs, run_lab
 
 
@@ -20,7 +21,7 @@ def cli(argv=None) -> dict:
     args = tyro.cli(LabArgs, args=argv, prog="python -m precision_oat.mismatch")
     try:
         return run_lab(args, log=lambda line: print(line, flush=True))
-    except (ValueError, FileNotFoundError, ImportError) as e:
+    except UserError as e:
         sys.exit(f"error: {e}")
 
 

@@ -1,12 +1,19 @@
-"""The mismatch lab: measure μ versus π on the same tokens, per dtype, in one command.
+"""The mismatch lab: measure μ versus π on the same tokens, per dtype, for any sampler–trainer pair.
 
-For each dtype d: the built-in :class:`~precision_oat.engines.local.sampler.KVCacheSampler`
-samples responses in d (its own weight copy, KV-cache decoding), the trainer's
-:meth:`~precision_oat.engines.local.learner.PrecisionLearner.score` rescores the same
-tokens with one full-sequence forward in d (fp32 master weights cast to d, as in
-training), and :func:`~precision_oat.mismatch.mismatch_metrics` compares log μ with
-log π. Outputs: ``OUTPUT_DIR/mismatch.json`` and the two figures of the paper's Fig. 5
-(token probabilities μ vs π; sequence log-ratio ρ = Σ_t Δ_t against response length).
+For each dtype d: the sampler (``--sampler builtin``: our KV-cache decoder on its own weight
+copy; ``--sampler vllm``: an in-process vLLM engine) samples responses in d, the trainer
+(``--trainer hf``: the HF model cast to d; ``--trainer deepspeed``: a DeepSpeed engine built
+from ``Precision.deepspeed_config()``) rescores the same tokens with one full-sequence forward
+per micro-batch in d, and :func:`~precision_oat.mismatch.mismatch_metrics` compares log μ with
+log π. No learner is built: scoring needs only the model.
+
+The trainer's self-consistency is measured too: the same tokens scored at a second, smaller
+micro-batch size, and by the update path (a forward with the gradient enabled, in training
+mode), against the no-grad scoring. In exact arithmetic both gaps are 0; what they are in d is
+the floor that batch layout and kernel choice alone put under every sampler-vs-trainer number.
+
+Outputs: ``OUTPUT_DIR/mismatch.json`` and the two figures of the paper's Fig. 5 (token
+probabilities μ vs π; sequence log-ratio ρ = Σ_t Δ_t against response length).
 """
 
 from __future__ import annotations
@@ -15,19 +22,48 @@ import copy
 import json
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal, Optional
 
 import torch
 
+from precision_oat.errors import UserError
 from precision_oat.precision import DType
+from precision_oat.scoring import score, token_logprobs, trim
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).
 RATIO_KEYS = ("abs_logp_diff_mean", "seq_logratio_std", "k3", "seq_kl")
 
 
 @dataclass
-class LabArgs:
+class PairSettings:
+    """What one measurement needs besides the policy and the prompts."""
+
+    # Sampler: the built-in KV-cache decoder or an in-process vLLM engine.
+    sampler: Literal["builtin", "vllm"] = "builtin"
+    # Trainer that rescores: the HF model in the dtype, or a DeepSpeed engine.
+    trainer: Literal["hf", "deepspeed"] = "hf"
+    # Samples per prompt.
+    num_samples: int = 4
+    # Longest response in tokens.
+    max_new_tokens: int = 64
+    # Sampling temperature (the trainer scores with the same temperature).
+    temperature: float = 1.0
+    # Seed of the sampler's draws, the same for every dtype.
+    seed: int = 0
+    # Sequences per trainer forward when rescoring.
+    micro_batch_size: int = 64
+    # Also measure the trainer against itself (second micro-batch size, update path).
+    self_consistency: bool = False
+    # vLLM: fraction of GPU memory for each engine (one engine per dtype stays alive).
+    vllm_gpu_memory_utilization: float = 0.2
+    # vLLM: no CUDA graphs (starts faster, decodes slower).
+    vllm_enforce_eager: bool = False
+
+
+@dataclass
+class LabArgs(PairSettings):
     """Sample in each dtype, rescore with the trainer's forward, compare μ with π."""
 
     # HF model id or local folder; None uses the embedded tiny arithmetic policy.
@@ -48,24 +84,16 @@ class LabArgs:
     dtypes: tuple[DType, ...] = ("bf16", "fp16", "fp32")
     # Prompts to sample from.
     num_prompts: int = 32
-    # Samples per prompt.
-    num_samples: int = 4
-    # Longest response in tokens.
-    max_new_tokens: int = 64
-    # Sampling temperature (the trainer scores with the same temperature).
-    temperature: float = 1.0
-    # Seed of the sampler's generator, the same for every dtype.
-    seed: int = 0
     # "auto" picks CUDA when available.
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # Sequences per trainer forward when rescoring.
-    micro_batch_size: int = 64
     # Trainer attention kernel ("eager", "sdpa", ...).
     attn_implementation: str = "sdpa"
     # Folder for mismatch.json and the figures.
     output_dir: Path = Path("runs/mismatch")
     # Write the PNG figures (needs matplotlib).
     plots: bool = True
+    # Measure the trainer against itself too (overrides the pair default).
+    self_consistency: bool = True
 
 
 def lab_prompts(args: LabArgs, tokenizer) -> list[str]:
@@ -84,23 +112,25 @@ def lab_prompts(args: LabArgs, tokenizer) -> list[str]:
     return [apply_template(args.prompt_template, ex.question, tokenizer) for ex in examples]
 
 
-def measure_dtype(args: LabArgs, policy, prompt_ids: list[list[int]], dtype: DType, device: torch.device, log=print):
-    """Sample in ``dtype``, rescore in ``dtype``; return (metrics, histograms, timings)."""
-    from precision_oat.algorithms import compose
-    from precision_oat.args import Args, RolloutArgs, TrainArgs, algorithm_spec
-    from precision_oat.engines.local.learner import PrecisionLearner
-    from precision_oat.engines.local.sampler import KVCacheSampler
-    from precision_oat.mismatch import mismatch_histograms, mismatch_metrics
+def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype: DType, device: torch.device,
+                 log=print, folder: Optional[Path] = None):
+    """Sample in ``dtype``, rescore in ``dtype``; return (metrics, histograms)."""
+    from precision_oat.args import RolloutArgs
+    from precision_oat.mismatch import mismatch_breakdown, mismatch_histograms, mismatch_metrics
     from precision_oat.precision import Precision
     from precision_oat.rollout import collate
+    from precision_oat.samplers import build_sampler
     from precision_oat.sampling import SamplingParams, stop_token_ids
 
     tokenizer = policy.tokenizer
     precision = Precision.from_flags(dtype)
-    stop_ids = stop_token_ids(tokenizer)
-    params = SamplingParams(args.num_samples, args.temperature, 1.0, args.max_new_tokens, stop_ids, args.seed)
-
-    sampler = KVCacheSampler(policy.model, precision.sampler_dtype, device, tokenizer.pad_token_id)
+    params = SamplingParams(pair.num_samples, pair.temperature, 1.0, pair.max_new_tokens, stop_token_ids(tokenizer),
+                            pair.seed)
+    rollout_args = RolloutArgs(sampler=pair.sampler, max_new_tokens=pair.max_new_tokens,
+                               max_prompt_length=max(len(p) for p in prompt_ids),
+                               vllm_gpu_memory_utilization=pair.vllm_gpu_memory_utilization,
+                               vllm_enforce_eager=pair.vllm_enforce_eager)
+    sampler = build_sampler(policy, precision, device, rollout_args, pair.seed, folder=folder)
     _sync(device)
     start = time.perf_counter()
     completions = sampler.generate(prompt_ids, params)
@@ -109,23 +139,24 @@ def measure_dtype(args: LabArgs, policy, prompt_ids: list[list[int]], dtype: DTy
     del sampler
     tokens = sum(len(c.response_ids) for c in completions)
     log(f"  [{dtype}] sampled {len(completions)} responses, {tokens} tokens in {sample_s:.1f}s "
-        f"({tokens / max(sample_s, 1e-9):.0f} tok/s); rescoring with the trainer's full forward …")
+        f"({tokens / max(sample_s, 1e-9):.0f} tok/s); rescoring with the {pair.trainer} trainer …")
 
-    rollout = collate(completions, [0.0] * len(completions), args.num_samples, tokenizer.pad_token_id)
-    train_args = Args(rollout=RolloutArgs(temperature=args.temperature),
-                      train=TrainArgs(micro_batch_size=args.micro_batch_size, seed=args.seed))
-    train_args.model.attn_implementation = args.attn_implementation
-    spec = algorithm_spec(train_args)
-    learner = compose(spec, PrecisionLearner)(train_args, copy.deepcopy(policy.model), precision, spec, device)
+    rollout = collate(completions, [0.0] * len(completions), pair.num_samples, tokenizer.pad_token_id)
+    trainer = build_trainer(pair.trainer, policy.model, precision, device, pair.micro_batch_size)
+    forward = partial(token_logprobs, trainer, temperature=pair.temperature)
+    ids, att = rollout.input_ids.to(device), rollout.attention_mask.to(device)
     start = time.perf_counter()
-    trainer_logprobs = learner.score(rollout.to(device)).cpu()
+    trainer_logprobs = score(forward, ids, att, pair.micro_batch_size).cpu()
     _sync(device)
     score_s = time.perf_counter() - start
-    del learner
+    consistency = trainer_self_gaps(forward, trainer, ids, att, trainer_logprobs, rollout.response_mask, pair) \
+        if pair.self_consistency else {}
+    del trainer, forward
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
     metrics = mismatch_metrics(rollout.sampler_logprobs, trainer_logprobs, rollout.response_mask)
+    metrics.update(mismatch_breakdown(rollout.sampler_logprobs, trainer_logprobs, rollout.response_mask))
     histograms = mismatch_histograms(rollout.sampler_logprobs, trainer_logprobs, rollout.response_mask)
     lengths = histograms["mismatch/seq_length"]
     extra = {
@@ -136,21 +167,53 @@ def measure_dtype(args: LabArgs, policy, prompt_ids: list[list[int]], dtype: DTy
         "sample_s": sample_s,
         "score_s": score_s,
         "sample_tokens_per_s": tokens / max(sample_s, 1e-9),
+        **consistency,
     }
     log(f"  [{dtype}] mean |Δlogp| {metrics['mismatch/abs_logp_diff_mean']:.3e}  "
         f"seq log-ratio std {metrics['mismatch/seq_logratio_std']:.3e}  k3 {metrics['mismatch/k3']:.3e}  "
-        f"seq KL {metrics['mismatch/seq_kl']:.3e}")
+        f"seq KL {metrics['mismatch/seq_kl']:.3e}"
+        + "".join(f"  {k.split('/')[-1]} {v:.2e}" for k, v in consistency.items() if k.endswith("abs_mean")))
     return {**metrics, **extra}, histograms
+
+
+def build_trainer(kind: str, model, precision, device: torch.device, micro_batch_size: int):
+    """A scoring copy of ``model`` in the trainer dtype: the HF model itself, or wrapped in a DeepSpeed engine."""
+    copy_ = copy.deepcopy(model).float()
+    if kind == "deepspeed":
+        from precision_oat.deepspeed_engine import inference_engine
+
+        return inference_engine(copy_, precision, device, micro_batch_size)
+    return copy_.to(device=device, dtype=precision.trainer_dtype).eval()
+
+
+def trainer_self_gaps(forward, trainer, input_ids, attention_mask, reference, mask, pair: PairSettings) -> dict:
+    """|Δ| between the no-grad scoring and (a) the same scoring at a quarter of the micro-batch
+    size, (b) the update path's forward (gradient on, training mode) at the same micro-batch size."""
+    small = max(1, pair.micro_batch_size // 4)
+    at_small = score(forward, input_ids, attention_mask, small).cpu()
+    trainer.train()
+    with torch.enable_grad():
+        update_path = torch.zeros_like(reference)
+        for index in torch.arange(input_ids.shape[0]).split(pair.micro_batch_size):
+            ids, att = trim(input_ids[index], attention_mask[index])
+            update_path[index, : ids.shape[1] - 1] = forward(ids, att).detach().float().cpu()
+    trainer.eval()
+    out = {}
+    for name, other in (("microbatch", at_small), ("update_path", update_path)):
+        gap = (other - reference).abs() * mask
+        out[f"trainer/{name}_gap_abs_mean"] = float(gap.sum() / mask.sum().clamp(min=1))
+        out[f"trainer/{name}_gap_abs_max"] = float(gap.max())
+    out["trainer/microbatch_small"] = small
+    return out
 
 
 def run_lab(args: LabArgs, log=print) -> dict:
     """Measure every dtype of ``args``; write mismatch.json (and figures); return its content."""
     from precision_oat.args import ModelArgs
-    from precision_oat.engines.local.loop import resolve_device
-    from precision_oat.models import load_policy
+    from precision_oat.models import load_policy, resolve_device
 
     if not args.dtypes:
-        raise ValueError("--dtypes: give at least one of bf16, fp16, fp32")
+        raise UserError("--dtypes: give at least one of bf16, fp16, fp32")
     device = resolve_device(args.device)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,15 +221,16 @@ def run_lab(args: LabArgs, log=print) -> dict:
                                    attn_implementation=args.attn_implementation), log)
     prompts = lab_prompts(args, policy.tokenizer)
     if not prompts:
-        raise ValueError("no prompts to sample from")
+        raise UserError("--prompt-data: no prompts to sample from")
     prompt_ids = [policy.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-    log(f"mismatch lab · {args.model or 'embedded arithmetic policy'} · device {device} · {len(prompts)} prompts × "
+    log(f"mismatch lab · {args.model or 'embedded arithmetic policy'} · sampler {args.sampler} · trainer {args.trainer} · "
+        f"device {device} · {len(prompts)} prompts × "
         f"{args.num_samples} samples · ≤{args.max_new_tokens} new tokens · T={args.temperature}")
 
     results, histograms = {}, {}
     for dtype in args.dtypes:
-        log(f"{dtype}: sampling with the KV-cache sampler …")
-        results[dtype], histograms[dtype] = measure_dtype(args, policy, prompt_ids, dtype, device, log)
+        log(f"{dtype}: sampling with the {args.sampler} sampler …")
+        results[dtype], histograms[dtype] = measure_pair(args, policy, prompt_ids, dtype, device, log, out / "vllm_init")
 
     report = {
         "settings": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},

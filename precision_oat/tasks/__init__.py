@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+from precision_oat.errors import UserError
 from precision_oat.tasks.base import Example, Task
 
 __all__ = ["Example", "Task", "build_task"]
 
 
-def build_task(args, tokenizer=None) -> Task:
-    """The task named by ``--task``, configured from :class:`~precision_oat.args.Args`."""
-    t = args.task
+def build_task(task, evaluation, tokenizer=None) -> Task:
+    """The task named by ``--task``, from :class:`~precision_oat.args.TaskArgs` and :class:`~precision_oat.args.EvalArgs`."""
+    t = task
+    # The task's own default template unless the flag names one.
+    template = {"template": t.prompt_template} if t.prompt_template is not None else {}
     if t.task == "arithmetic":
         from precision_oat.tasks.arithmetic import ArithmeticTask
 
         if t.prompt_data is not None:
-            raise ValueError("--prompt-data applies to --task math; the arithmetic task makes its own prompts")
+            raise UserError("--prompt-data applies to --task math; the arithmetic task makes its own prompts")
         sizes = {"num_train": t.max_train} if t.max_train else {}
-        return ArithmeticTask(max_operand=t.max_operand, template=t.prompt_template, tokenizer=tokenizer, **sizes)
+        return ArithmeticTask(max_operand=t.max_operand, tokenizer=tokenizer, **sizes, **template)
     from precision_oat.tasks.math import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, MathTask
 
-    e = args.eval
+    e = evaluation
     return MathTask(
         train_path=t.prompt_data or DEFAULT_TRAIN,
         train_split=t.train_split,
@@ -27,10 +30,10 @@ def build_task(args, tokenizer=None) -> Task:
         eval_benchmarks=list(e.eval_benchmarks) if e.eval_benchmarks else None,
         input_key=t.input_key,
         output_key=t.output_key,
-        template=t.prompt_template,
         tokenizer=tokenizer,
         train_limit=t.max_train,
         eval_limit=e.eval_limit,
         timeout_s=t.grading_timeout,
         truncated_reward=t.truncated_reward,
+        **template,
     )

@@ -6,6 +6,9 @@ import abc
 from dataclasses import dataclass
 from typing import Sequence
 
+# Seconds one response may take to grade before it scores as incorrect.
+DEFAULT_GRADING_TIMEOUT_S = 10.0
+
 
 @dataclass(frozen=True)
 class Example:

@@ -11,11 +11,8 @@ from typing import Any, Optional, Sequence
 
 from precision_oat.data import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, load_eval_suite, load_examples
 from precision_oat.tasks import grading
-from precision_oat.tasks.base import Example, Task
+from precision_oat.tasks.base import DEFAULT_GRADING_TIMEOUT_S as DEFAULT_TIMEOUT_S, Example, Task
 from precision_oat.templates import apply_template, check_template
-
-# Seconds one math-verify comparison may take before it grades as incorrect.
-DEFAULT_TIMEOUT_S = 5.0
 
 
 def grade(
@@ -114,7 +111,7 @@ class MathTask(Task):
         eval_benchmarks: Optional[list[str]] = None,
         input_key: str = "problem",
         output_key: str = "answer",
-        template: str = "r1_distill_qwen",
+        template: str = "no",
         tokenizer: Any = None,
         train_limit: Optional[int] = None,
         eval_limit: Optional[int] = None,

@@ -1,4 +1,5 @@
-"""End to end: every --algo in every dtype, with and without LoRA, on the embedded policy."""
+"""End to end on the embedded policy: every --algo in fp16 (the dtype with loss scaling), every
+dtype on two recipes, and LoRA in the two half dtypes."""
 
 import json
 import math
@@ -15,10 +16,13 @@ REQUIRED = ["step", "reward/mean", "mismatch/k1", "mismatch/k3", "mismatch/abs_l
             "mismatch/seq_logratio_std", "train/loss_scale", "train/skipped_steps", "loss/policy", "train/grad_norm"]
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full", "lora"])
-@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
-@pytest.mark.parametrize("algo", sorted(RECIPES))
-def test_every_algo_trains_in_every_dtype(tmp_path, embedded_policy_dir, algo, dtype, lora_rank):
+CASES = sorted({*((algo, "fp16", 0) for algo in RECIPES),
+                *((algo, dtype, 0) for algo in ("pg", "grpo-tis") for dtype in ("bf16", "fp32")),
+                ("pg", "fp16", 4), ("grpo", "bf16", 4)})
+
+
+@pytest.mark.parametrize("algo,dtype,lora_rank", CASES, ids=[f"{a}-{d}-{'lora' if r else 'full'}" for a, d, r in CASES])
+def test_recipe_trains(tmp_path, embedded_policy_dir, algo, dtype, lora_rank):
     args = make_args(model=str(embedded_policy_dir), algo=algo, dtype=dtype, lora_rank=lora_rank,
                      learning_rate=1e-2 if lora_rank else 2e-3, output_dir=str(tmp_path))
     summary = train(args)
@@ -27,8 +31,12 @@ def test_every_algo_trains_in_every_dtype(tmp_path, embedded_policy_dir, algo, d
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         for key in REQUIRED:
+            # A step whose every optimiser step overflowed (fp16) has no finite gradient norm.
+            if key == "train/grad_norm" and row["train/skipped_this_step"] > 0:
+                continue
             assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (key, row.get(key))
-        assert row["train/loss_scale"] == (65536.0 if dtype == "fp16" else 1.0)
+        # fp16 starts at 2^16 and may halve after overflows (hysteresis 2); other dtypes are unscaled.
+        assert (1.0 <= row["train/loss_scale"] <= 65536.0) if dtype == "fp16" else row["train/loss_scale"] == 1.0
     assert summary["steps"] == 2
 
     before = AutoModelForCausalLM.from_pretrained(embedded_policy_dir).state_dict()

@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from precision_oat.engines.local.actor import PrecisionActor
+from precision_oat.actor import PrecisionActor
+from precision_oat.args import RolloutArgs
 from precision_oat.engines.local.loop import train
-from precision_oat.engines.local.sampler import KVCacheSampler
+from precision_oat.samplers.builtin import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
@@ -20,7 +21,7 @@ def test_unknown_model_path(tmp_path):
 
 
 def test_prompt_longer_than_the_limit(tmp_path, embedded_policy_dir):
-    with pytest.raises(ValueError, match="longer than --max-prompt-length 3"):
+    with pytest.raises(ValueError, match="--max-prompt-length 3: .* longer"):
         train(make_args(model=str(embedded_policy_dir), max_prompt_length=3, output_dir=str(tmp_path)))
 
 
@@ -48,7 +49,7 @@ class NaNTask(ArithmeticTask):
 
 def test_reward_function_returning_nan():
     tokenizer = char_tokenizer()
-    actor = PrecisionActor(make_args(), KVCacheSampler(tiny_model(vocab=len(tokenizer)), torch.float32), NaNTask(),
-                           tokenizer)
+    actor = PrecisionActor(KVCacheSampler(tiny_model(vocab=len(tokenizer)), torch.float32), NaNTask(), tokenizer,
+                           RolloutArgs(num_samples=2, max_new_tokens=4), seed=0)
     with pytest.raises(ValueError, match="non-finite reward nan"):
         actor.rollout(NaNTask().train_set()[:2], step=0)

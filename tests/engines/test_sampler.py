@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from precision_oat.engines.local.decoder import Decoder
-from precision_oat.engines.local.sampler import KVCacheSampler, sample_next
+from precision_oat.samplers.decoder import Decoder
+from precision_oat.samplers.builtin import KVCacheSampler, sample_next
 from precision_oat.sampling import SamplingParams
 from tests.conftest import tiny_model
 

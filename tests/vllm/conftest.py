@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from precision_oat.engines.local.vllm_sampler import VLLMSampler, is_vllm_available
+from precision_oat.samplers.vllm_sampler import VLLMSampler, is_vllm_available
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from precision_oat.engines.local.vllm_sampler import VLLMSampler
+from precision_oat.samplers.vllm_sampler import VLLMSampler
 from precision_oat.sampling import SamplingParams
 
 pytestmark = pytest.mark.requires_vllm

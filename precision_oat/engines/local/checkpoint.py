@@ -2,7 +2,8 @@
 
 A checkpoint holds the policy as an fp32 HF folder (LoRA merged, so
 ``AutoModelForCausalLM.from_pretrained`` loads it as is), the tokenizer, and
-``trainer_state.pt``: master weights, optimiser, loss scaler, RNG states and the step.
+the learner's own state (``learner.save_state``: masters, optimiser and loss scaler of the
+built-in learner, or DeepSpeed's checkpoint), and ``trainer_state.pt``: RNG states and the step.
 It is written to a temporary folder and renamed, and ``latest`` is replaced atomically,
 so a run killed mid-save resumes from the previous complete checkpoint.
 """
@@ -27,9 +28,9 @@ def save_checkpoint(output_dir: Path, step: int, learner, tokenizer) -> Path:
     tmp.mkdir(parents=True)
     learner.save_policy(tmp)
     tokenizer.save_pretrained(tmp)
+    learner.save_state(tmp)
     state = {
         "step": step,
-        "learner": learner.state_dict(),
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
     }
     torch.save(state, tmp / "trainer_state.pt")
@@ -52,7 +53,7 @@ def latest_checkpoint(output_dir: Path) -> Optional[Path]:
 def load_checkpoint(folder: Path, learner) -> int:
     """Restore the learner and RNG states; return the number of completed steps."""
     state = torch.load(folder / "trainer_state.pt", weights_only=False)
-    learner.load_state_dict(state["learner"])
+    learner.load_state(folder)
     torch.set_rng_state(state["rng"]["torch"])
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])

@@ -1,7 +1,12 @@
 """The embedded RL loop, top to bottom: one process, CPU or one GPU.
 
-    prompts → G samples (sampler dtype, KV cache) → rewards → advantages
-            → learner update (trainer dtype, fp32 masters) → weights cast into the sampler
+    prompts → G samples (sampler dtype: built-in KV cache or vLLM) → rewards → advantages
+            → learner update (trainer dtype: built-in fp32-master learner or DeepSpeed)
+            → weights cast into the sampler
+
+The actor and the update are the shared ones (:mod:`precision_oat.actor`,
+:mod:`precision_oat.rl_step`); this file holds the loop, its bookkeeping and the
+end-of-run probe.
 """
 
 from __future__ import annotations
@@ -9,76 +14,39 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import time
 from pathlib import Path
 
 import torch
 
+from precision_oat.actor import PrecisionActor, check_prompt_lengths
 from precision_oat.algorithms import compose
 from precision_oat.args import Args, algorithm_spec
-from precision_oat.engines.local.actor import PrecisionActor
 from precision_oat.engines.local.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from precision_oat.engines.local.learner import PrecisionLearner
-from precision_oat.evaluation import summarize
+from precision_oat.errors import UserError
 from precision_oat.mismatch import mismatch_histograms
-from precision_oat.models import load_policy
+from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.presets import to_values
+from precision_oat.rl_step import UpdateSettings
+from precision_oat.run_folder import output_dir_for, summarize_run
 from precision_oat.run_log import RunLog
-from precision_oat.sampling import SamplingParams
-from precision_oat.tasks import Task, build_task
+from precision_oat.stop_request import StopRequest
+from precision_oat.samplers import build_sampler
+from precision_oat.seeds import PROMPT_ORDER, derive_seed
+from precision_oat.tasks import build_task
 
-SUMMARY_KEYS = ["mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std", "mismatch/k3", "mismatch/k1"]
+def build_learner(args: Args, model, precision, spec, device):
+    """``--learner``: the built-in learner or DeepSpeed's, with the algorithm's mixins before it."""
+    t, r = args.train, args.rollout
+    settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
+                              num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
+                              self_consistent_old_logprobs=t.self_consistent_old_logprobs)
+    base = PrecisionLearner
+    if t.learner == "deepspeed":
+        from precision_oat.engines.local.deepspeed_learner import DeepSpeedLearner
 
-
-def resolve_device(choice: str) -> torch.device:
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is visible")
-    return torch.device("cuda" if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()) else "cpu")
-
-
-def output_dir_for(args: Args) -> Path:
-    if args.log.output_dir is not None:
-        return Path(args.log.output_dir)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{args.algorithm.algo}-{args.precision.dtype}-{stamp}"
-
-
-def build_sampler(args: Args, policy, precision, device):
-    if args.rollout.sampler == "vllm":
-        from precision_oat.engines.local.vllm_sampler import sampler_from_args
-
-        return sampler_from_args(args, policy, precision)
-    from precision_oat.engines.local.sampler import KVCacheSampler
-
-    return KVCacheSampler(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id)
-
-
-def check_prompts(task: Task, actor: PrecisionActor, limit: int) -> list:
-    examples = task.train_set()
-    if not examples:
-        raise ValueError(f"task {task.name!r} has no training examples")
-    too_long = [n for n in (len(actor.encode(e)) for e in examples) if n > limit]
-    if too_long:
-        raise ValueError(
-            f"{len(too_long)} of {len(examples)} prompts are longer than --max-prompt-length {limit} tokens "
-            f"(longest {max(too_long)}); raise the limit or filter the data"
-        )
-    return examples
-
-
-def evaluate(actor: PrecisionActor, task: Task, args: Args, step: int) -> dict[str, float]:
-    e, r = args.eval, args.rollout
-    params = SamplingParams(
-        e.eval_samples, e.eval_temperature, e.eval_top_p, e.eval_max_new_tokens or r.max_new_tokens,
-        actor.stop_ids, args.train.seed + 7_919 * (step + 1),
-    )
-    results = {}
-    for name, examples in task.eval_sets().items():
-        completions, texts = actor.sample(examples, params)
-        correct = task.correctness(texts, [ex for ex in examples for _ in range(params.n)])
-        samples = [(ok, len(c.response_ids)) for ok, c in zip(correct, completions)]
-        results[name] = [samples[i : i + params.n] for i in range(0, len(samples), params.n)]
-    return summarize(results) if results else {}
+        base = DeepSpeedLearner
+    return compose(spec, base)(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
 
 
 def train(args: Args) -> dict:
@@ -89,24 +57,26 @@ def train(args: Args) -> dict:
     device = resolve_device(args.train.device)
     out = output_dir_for(args)
     if args.log.resume and latest_checkpoint(out) is None:
-        raise ValueError(f"--resume: no checkpoint in {out / 'checkpoints'}")
+        raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(to_values(dataclasses.replace(args, log=dataclasses.replace(
         args.log, output_dir=out))), indent=2))
     print(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
-          f"{spec.correction} / {spec.reduction}) · device {device}\nprecision policy:\n{precision.describe()}",
-          flush=True)
+          f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
+          f"device {device}\nprecision policy:\n{precision.describe()}", flush=True)
 
     torch.manual_seed(args.train.seed)
     random.seed(args.train.seed)
     policy = load_policy(args.model)
-    task = build_task(args, policy.tokenizer)
+    task = build_task(args.task, args.eval, policy.tokenizer)
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
-    sampler = build_sampler(args, policy, precision, device)
-    learner = compose(spec, PrecisionLearner)(args, policy.model, precision, spec, device)
-    actor = PrecisionActor(args, sampler, task, policy.tokenizer)
-    examples = check_prompts(task, actor, args.rollout.max_prompt_length)
+    sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed, folder=out / "vllm_init",
+                            longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0))
+    learner = build_learner(args, policy.model, precision, spec, device)
+    actor = PrecisionActor(sampler, task, policy.tokenizer, args.rollout, args.train.seed)
+    examples = task.train_set()
+    check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
 
     start_step = 0
     if args.log.resume:
@@ -116,37 +86,49 @@ def train(args: Args) -> dict:
         print(f"resumed from {folder} at step {start_step}", flush=True)
 
     log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
-                 run_name=args.log.run_name or out.name, resume=args.log.resume)
+                 run_name=args.log.run_name or out.name, resume_step=start_step if args.log.resume else None)
     steps, per_step = args.train.steps, args.rollout.prompts_per_step
     if steps == 0:
-        return evaluate_only(actor, task, args, log, out)
+        return evaluate_only(actor, args, log, out)
+    stop = StopRequest()
     for step in range(start_step, steps):
-        batch = _epoch_order(examples, step, per_step, args.train.seed)
-        rollout, metrics = actor.rollout(batch, step)
-        metrics.update(learner.learn(rollout, step))
+        rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
+        metrics.update(learner.update(rollout.to(device), step))
         sampler.load_weights(learner.export_weights())
         metrics["step"] = step + 1
         if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
-            metrics.update(evaluate(actor, task, args, step + 1))
+            metrics.update(actor.evaluate(args.eval, step + 1))
         histograms = None
         if log.wandb is not None:
             histograms = mismatch_histograms(rollout.sampler_logprobs, learner.old_logprobs.cpu(), rollout.response_mask)
         log.log(metrics, histograms, total_steps=steps,
                 echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
-        if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps:
+        if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stop.requested:
             save_checkpoint(out, step + 1, learner, policy.tokenizer)
+        if stop.requested:
+            log.close()
+            print(f"{stop.requested}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
+            raise SystemExit(128 + stop.signal_number)
+    stop.restore()
     log.close()
-    probe = probe_mismatch(learner, actor, examples, args, device) if args.log.probe_dtypes and steps else {}
-    if probe:
+    probe = {}
+    if args.log.probe_dtypes:
+        # The probe samples and scores in each dtype on its own copies: the learner and the
+        # sampler leave the device first.
+        final = Policy(learner.export_model(), policy.tokenizer, None)
+        del learner, sampler, actor.sampler
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        probe = probe_mismatch(final, [actor.encode(e) for e in examples[:32]], args, device)
         (out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, out, probe)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def evaluate_only(actor: PrecisionActor, task: Task, args: Args, log: RunLog, out: Path) -> dict:
+def evaluate_only(actor: PrecisionActor, args: Args, log: RunLog, out: Path) -> dict:
     """``--steps 0``: evaluate the policy as loaded, log it as step 0, and stop."""
-    metrics = {"step": 0, **evaluate(actor, task, args, 0)}
+    metrics = {"step": 0, **actor.evaluate(args.eval, 0)}
     log.log(metrics, total_steps=0, echo=False)
     log.close()
     print("\n".join(f"{k}: {v:.4f}" for k, v in metrics.items() if k.startswith("eval/")), flush=True)
@@ -154,7 +136,7 @@ def evaluate_only(actor: PrecisionActor, task: Task, args: Args, log: RunLog, ou
     return metrics
 
 
-def _epoch_order(examples: list, step: int, per_step: int, seed: int) -> list:
+def prompts_of_step(examples: list, step: int, per_step: int, seed: int) -> list:
     """The prompts of ``step``: consecutive slices of a per-epoch shuffle (resumable from the step alone)."""
     orders: dict[int, list[int]] = {}
     picked = []
@@ -162,57 +144,18 @@ def _epoch_order(examples: list, step: int, per_step: int, seed: int) -> list:
         epoch, offset = divmod(i, len(examples))
         if epoch not in orders:
             orders[epoch] = list(range(len(examples)))
-            random.Random(seed * 1_000_003 + epoch).shuffle(orders[epoch])
+            random.Random(derive_seed(seed, PROMPT_ORDER, epoch)).shuffle(orders[epoch])
         picked.append(examples[orders[epoch][offset]])
     return picked
 
 
-def probe_mismatch(learner, actor: PrecisionActor, examples: list, args: Args, device) -> dict:
+def probe_mismatch(policy: Policy, prompt_ids: list[list[int]], args: Args, device) -> dict:
     """The final policy's sampler–trainer mismatch in each ``--probe-dtypes`` dtype, on the same prompts."""
-    from precision_oat.mismatch.lab import LabArgs, bf16_fp16_ratios, measure_dtype
-    from precision_oat.models import Policy
+    from precision_oat.mismatch.lab import PairSettings, bf16_fp16_ratios, measure_pair
 
-    policy = Policy(learner.export_model(), actor.tokenizer, None)
-    prompts = [actor.encode(e) for e in examples[:32]]
-    lab = LabArgs(num_samples=4, max_new_tokens=args.rollout.max_new_tokens, temperature=args.rollout.temperature,
-                  seed=args.train.seed, micro_batch_size=args.train.micro_batch_size, plots=False,
-                  attn_implementation=args.model.attn_implementation)
+    pair = PairSettings(num_samples=4, max_new_tokens=args.rollout.max_new_tokens,
+                        temperature=args.rollout.temperature, seed=args.train.seed,
+                        micro_batch_size=args.train.micro_batch_size)
     quiet = lambda *_: None  # noqa: E731
-    results = {d: measure_dtype(lab, policy, prompts, d, device, quiet)[0] for d in args.log.probe_dtypes}
+    results = {d: measure_pair(pair, policy, prompt_ids, d, device, quiet)[0] for d in args.log.probe_dtypes}
     return {"dtypes": results, "ratios": bf16_fp16_ratios(results)}
-
-
-def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> dict:
-    if not history:
-        return {"output_dir": str(out)}
-    window = max(1, len(history) // 10)
-    first = sum(h["reward/mean"] for h in history[:window]) / window
-    last = sum(h["reward/mean"] for h in history[-window:]) / window
-    summary = {
-        "output_dir": str(out),
-        "steps": history[-1]["step"],
-        "reward_first": first,
-        "reward_last": last,
-        **{k: sum(h[k] for h in history) / len(history) for k in SUMMARY_KEYS if k in history[0]},
-        "skipped_steps": history[-1].get("train/skipped_steps", 0.0),
-        "elapsed_s": history[-1]["time/elapsed_s"],
-    }
-    print(
-        f"\ndone: {summary['steps']} steps in {summary['elapsed_s']:.0f}s · reward {first:.3f} → {last:.3f} "
-        f"(mean of first/last {window} steps)\n"
-        f"mismatch (mean over steps): |Δlogp| {summary.get('mismatch/abs_logp_diff_mean', float('nan')):.3e}  "
-        f"seq log-ratio std {summary.get('mismatch/seq_logratio_std', float('nan')):.3e}  "
-        f"k3 {summary.get('mismatch/k3', float('nan')):.3e} · skipped steps {summary['skipped_steps']:.0f}\n"
-        f"outputs: {out}/metrics.jsonl, config.json, summary.json, checkpoints/",
-        flush=True,
-    )
-    if probe:
-        summary["probe"] = probe
-        line = "  ".join(f"{d} {r['mismatch/abs_logp_diff_mean']:.2e}" for d, r in probe["dtypes"].items())
-        print(f"final policy, |Δlogp| per dtype (same prompts, sampler vs trainer): {line}", flush=True)
-        if probe["ratios"]:
-            ratios = probe["ratios"]
-            print(f"bf16/fp16: {ratios['abs_logp_diff_mean']:.1f}x token |Δlogp|, "
-                  f"{ratios['seq_logratio_std']:.1f}x seq log-ratio std, {ratios['k3']:.0f}x k3 "
-                  f"(mismatch_probe.json)", flush=True)
-    return summary

@@ -5,19 +5,19 @@ Two samplers, one ``step``:
     --sampler vllm     Oat's vLLM engine, built by ``PPOActor.init`` with the policy's
                        sampler dtype (``Precision.vllm_dtype()``); weights arrive through
                        Oat's vLLM worker.
-    --sampler builtin  the embedded KV-cache sampler (precision_oat.engines.local.sampler) in
+    --sampler builtin  the built-in KV-cache sampler (precision_oat.samplers.builtin) in
                        the sampler dtype, no vLLM; runs on CPU. Weights arrive through the same
                        broadcast Oat uses for vLLM, received here and cast by the sampler.
 
-``step`` samples G responses per prompt, scores them with the task (``Task.score``) and
-hands Oat ``TransitionData`` whose ``response_logprobs`` are log μ of each sampled token,
-which is what ``PrecisionLearner.learning_step`` reads.
+``step`` runs the shared actor (:class:`precision_oat.actor.PrecisionActor`: G samples per
+prompt, the task's rewards, the same checks and statistics as the local engine) and hands
+Oat ``TransitionData`` whose ``response_logprobs`` are log μ of each sampled token, which is
+what ``PrecisionLearner.learning_step`` reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import List, Optional
 
 import numpy as np
@@ -27,8 +27,9 @@ from oat.types import TransitionData
 from oat.utils.distributed import init_process_group, torch_type_codec
 from oat.utils.ipc import PlasmaShmClient
 
-from precision_oat.engines.local.actor import PrecisionActor as LocalActor
+from precision_oat.actor import PrecisionActor as SharedActor
 from precision_oat.engines.oat.prompts import decode_reference
+from precision_oat.seeds import EVALUATION, derive_seed
 from precision_oat.tasks import Example, build_task
 
 
@@ -58,7 +59,7 @@ class PrecisionActor(PPOActor):
         """The embedded KV-cache sampler on this process's device, in the sampler dtype."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from precision_oat.engines.local.sampler import KVCacheSampler
+        from precision_oat.samplers.builtin import KVCacheSampler
 
         args = self.args
         self.tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.pretrain)
@@ -71,8 +72,8 @@ class PrecisionActor(PPOActor):
     def attach(self, sampler) -> None:
         """Sample with ``sampler`` and reward with the task (needs ``self.tokenizer``)."""
         source = self.args.source
-        self.task = build_task(source, self.tokenizer)
-        self.local = LocalActor(source, sampler, self.task, self.tokenizer)
+        self.task = build_task(source.task, source.eval, self.tokenizer)
+        self.shared = SharedActor(sampler, self.task, self.tokenizer, source.rollout, source.train.seed)
 
     # --- rollouts ---
 
@@ -80,21 +81,8 @@ class PrecisionActor(PPOActor):
         """G samples per prompt, scored by the task, as Oat transitions (μ in ``response_logprobs``)."""
         self.steps += 1
         examples = [Example(q, decode_reference(r)) for q, r in zip(prompts, references)]
-        start = time.perf_counter()
-        completions, texts = self.local.sample(examples, self.local.params(seed=self.args.seed * 1_000_003 + self.steps))
-        elapsed = time.perf_counter() - start
+        completions, texts, rewards, info = self.shared.experience(examples, self.steps)
         g = self.args.num_samples
-        truncated = [not c.finished for c in completions]
-        rewards = self.task.score(texts, [e for e in examples for _ in range(g)], truncated)
-        lengths = [len(c.response_ids) for c in completions]
-        info = {
-            "reward/mean": float(np.mean(rewards)),
-            "reward/std": float(np.std(rewards)),
-            "response/length_mean": float(np.mean(lengths)),
-            "response/length_max": float(max(lengths)),
-            "response/truncated_frac": float(np.mean(truncated)),
-            "perf/sample_tokens_per_s": sum(lengths) / max(elapsed, 1e-9),
-        }
         return [
             TransitionData(
                 prompt=prompts[i // g],
@@ -123,10 +111,10 @@ class PrecisionActor(PPOActor):
         a, n = self.args, self.args.eval_n
         examples = [Example(q, decode_reference(r)) for q, r in zip(prompts, references)]
         params = dataclasses.replace(
-            self.local.params(seed=a.seed + 7_919 * (self.steps + 1)),
+            self.shared.params(derive_seed(a.seed, EVALUATION, self.steps + 1)),
             n=n, temperature=a.eval_temperature, top_p=a.eval_top_p, max_new_tokens=a.eval_generate_max_length,
         )
-        completions, texts = self.local.sample(examples, params)
+        _, texts = self.shared.sample(examples, params)
         correct = self.task.correctness(texts, [e for e in examples for _ in range(n)])
         responses = [texts[i * n : (i + 1) * n] for i in range(len(examples))]
         return responses, np.array(correct, dtype=np.float64).reshape(len(examples), n)
@@ -147,4 +135,4 @@ class PrecisionActor(PPOActor):
             return super().update_weight(name, dtype, shape, cuda_ipc_handles, empty_cache)
         weight = torch.empty(shape, dtype=torch_type_codec(dtype), device=self._sync_device)
         self._model_update_group.broadcast(weight, 0).wait()
-        self.local.sampler.load_weights([(name, weight)])
+        self.shared.sampler.load_weights([(name, weight)])

@@ -23,8 +23,7 @@ from oat.algorithms.ppo import PPOArgs
 from oat.types import RLAlgo
 
 from precision_oat.algorithms import AlgorithmSpec
-from precision_oat.args import Args, algorithm_spec
-from precision_oat.engines.oat.options import OatArgs
+from precision_oat.args import Args, OatArgs, algorithm_spec
 from precision_oat.precision import Precision
 
 # The actor scores with the task, not with one of Oat's oracles; any name Oat does not know works.
@@ -121,7 +120,7 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
         # --- precision (Oat's two booleans; the DeepSpeed sections come from `precision`) ---
         bf16=precision.trainer == "bf16",
         fp16=precision.trainer == "fp16",
-        zero_stage=oat.zero_stage,
+        zero_stage=args.train.zero_stage,
         adam_offload=oat.adam_offload,
         # --- algorithm: our mixins compute advantages and loss; Oat's own terms are off ---
         algo=RLAlgo.PPO,

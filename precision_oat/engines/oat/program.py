@@ -80,7 +80,7 @@ def run(args: Args) -> dict:
     """Launch the program, wait for it, and return the run's summary (also OUTPUT_DIR/summary.json)."""
     import launchpad as lp
 
-    from precision_oat.engines.local.loop import output_dir_for, summarize_run
+    from precision_oat.run_folder import output_dir_for, summarize_run
     from precision_oat.presets import to_values
 
     out = output_dir_for(args).resolve()

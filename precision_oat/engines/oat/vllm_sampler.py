@@ -17,6 +17,7 @@ import torch
 import vllm
 
 from precision_oat.sampling import Completion, SamplingParams
+from precision_oat.samplers.vllm_sampler import completions_from, request_params
 
 
 class OatVLLMSampler:
@@ -24,24 +25,9 @@ class OatVLLMSampler:
         self.llm = llm
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        sampling = vllm.SamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_new_tokens,
-            stop_token_ids=list(params.stop_token_ids),
-            seed=params.seed,
-            # 0 extra candidates: only the sampled token's log-probability.
-            logprobs=0,
-        )
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=sampling, use_tqdm=False)
-        completions = []
-        for prompt, output in zip(prompts, outputs):
-            for sample in output.outputs:
-                tokens = list(sample.token_ids)
-                logprobs = [step[token].logprob for token, step in zip(tokens, sample.logprobs)]
-                completions.append(Completion(list(prompt), tokens, logprobs, sample.finish_reason == "stop"))
-        return completions
+        requests = request_params(vllm, params, len(prompts))
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=requests, use_tqdm=False)
+        return completions_from(prompts, outputs, params)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         raise NotImplementedError("Oat pushes weights into vLLM itself (PPOActor.update_weight)")

@@ -3,7 +3,7 @@
 This is deliberately *not* the learner's code path. The learner scores a whole sequence
 in one HF forward; the sampler runs a prefill over the prompt and then one token at a
 time against a KV cache, in its own dtype, through its own decoder
-(:mod:`~precision_oat.engines.local.decoder`) for Llama-family models and through HF's
+(:mod:`~precision_oat.samplers.decoder`) for Llama-family models and through HF's
 cached forward otherwise. Same weights, same math, different kernels, shapes and
 rounding: the gap between the log-probs the two report is the physical
 training-inference mismatch, as with vLLM, not a simulated one.
@@ -16,7 +16,7 @@ from typing import Iterable
 
 import torch
 
-from precision_oat.engines.local.decoder import Decoder, supports
+from precision_oat.samplers.decoder import Decoder, supports
 from precision_oat.sampling import Completion, SamplingParams
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import random
@@ -157,32 +158,10 @@ class VLLMSampler:
         from vllm.inputs import TokensPrompt
 
         seed = params.seed if params.seed is not None else self._seeds.randrange(2**31)
-        requests = [
-            vllm.SamplingParams(
-                n=params.n,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                max_tokens=params.max_new_tokens,
-                stop_token_ids=list(params.stop_token_ids),
-                ignore_eos=True,
-                seed=seed + i * params.n,
-                # 0 extra candidates: only the sampled token's log-prob.
-                logprobs=0,
-                detokenize=False,
-            )
-            for i in range(len(prompts))
-        ]
+        requests = request_params(vllm, dataclasses.replace(params, seed=seed), len(prompts))
         with _process_state_kept():
             outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests, use_tqdm=False)
-        stops = set(params.stop_token_ids)
-        completions = []
-        for prompt, out in zip(prompts, outputs):
-            for sample in sorted(out.outputs, key=lambda s: s.index):
-                ids = list(sample.token_ids)
-                logprobs = [step[token].logprob for step, token in zip(sample.logprobs, ids)]
-                finished = sample.finish_reason == "stop" and bool(ids) and ids[-1] in stops
-                completions.append(Completion(list(prompt), ids, logprobs, finished))
-        return completions
+        return completions_from(prompts, outputs, params)
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -208,34 +187,69 @@ class VLLMSampler:
         self._llm.reset_prefix_cache()
 
 
-def sampler_from_args(args, policy, precision) -> VLLMSampler:
-    """The ``--sampler vllm`` sampler of the embedded loop, in the policy's sampler dtype.
+def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
+    """One ``vllm.SamplingParams`` per prompt, each with its own seed.
+
+    vLLM gives the k-th sample of a request the seed s + k, so prompt i's request gets
+    s + i·n: every sample of the batch draws from its own stream. (One seed for every
+    prompt would make sample k of every prompt draw the same noise.) Only ``stop_token_ids``
+    end a response, and only the sampled token's log-probability comes back.
+    """
+    return [
+        vllm.SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            stop_token_ids=list(params.stop_token_ids),
+            ignore_eos=True,
+            seed=None if params.seed is None else params.seed + i * params.n,
+            logprobs=0,
+            detokenize=False,
+        )
+        for i in range(num_prompts)
+    ]
+
+
+def completions_from(prompts: list[list[int]], outputs, params: SamplingParams) -> list[Completion]:
+    """vLLM's request outputs as :class:`Completion` s, prompt-major, samples in index order."""
+    stops = set(params.stop_token_ids)
+    completions = []
+    for prompt, out in zip(prompts, outputs):
+        for sample in sorted(out.outputs, key=lambda s: s.index):
+            ids = list(sample.token_ids)
+            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, ids)]
+            finished = sample.finish_reason == "stop" and bool(ids) and ids[-1] in stops
+            completions.append(Completion(list(prompt), ids, logprobs, finished))
+    return completions
+
+
+def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Path], longest_response: int) -> VLLMSampler:
+    """The ``--sampler vllm`` sampler of a run, in ``dtype`` (``Precision.vllm_dtype()``).
 
     vLLM loads a checkpoint folder: the policy's own when it has one, else (GGUF, in-memory
-    models) the fp32 policy and its tokenizer are saved first, under ``--output-dir`` or in a
+    models) the fp32 policy and its tokenizer are saved first into ``folder``, or into a
     temporary folder removed at exit. The learner then pushes its weights after every update.
     """
-    folder = policy.folder
-    if folder is None:
-        if args.log.output_dir is not None:
-            folder = Path(args.log.output_dir) / "vllm_init"
-        else:
+    source = policy.folder
+    if source is None:
+        if folder is None:
             folder = Path(tempfile.mkdtemp(prefix="precision-oat-vllm-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
         policy.model.save_pretrained(folder)
         policy.tokenizer.save_pretrained(folder)
-    r = args.rollout
-    longest = r.max_prompt_length + max(r.max_new_tokens, args.eval.eval_max_new_tokens or 0)
+        source = folder
+    longest = rollout.max_prompt_length + longest_response
     limit = getattr(policy.model.config, "max_position_embeddings", None)
     return VLLMSampler(
-        str(folder),
-        precision.vllm_dtype(),
-        seed=args.train.seed,
+        str(source),
+        dtype,
+        seed=seed,
         max_model_len=min(longest, limit) if limit else longest,
-        gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-        cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb,
-        enable_prefix_caching=r.vllm_prefix_caching,
-        enforce_eager=r.vllm_enforce_eager,
+        gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
+        cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb,
+        enable_prefix_caching=rollout.vllm_prefix_caching,
+        enforce_eager=rollout.vllm_enforce_eager,
     )
 
 

@@ -1,0 +1,37 @@
+"""LoRA adapters through peft, and the merged weights the sampler receives (both local learners)."""
+
+from __future__ import annotations
+
+from precision_oat.args import LoraArgs
+from precision_oat.errors import UserError
+
+
+def add_lora(model, lora: LoraArgs):
+    """``model`` with adapters of rank ``lora.lora_rank`` on the target modules it has."""
+    from peft import LoraConfig, get_peft_model
+
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [m for m in lora.lora_target_modules if m in present]
+    if not targets:
+        raise UserError(f"--lora-target-modules {list(lora.lora_target_modules)} match no module of the model")
+    config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout, target_modules=targets)
+    return get_peft_model(model, config)
+
+
+def hf_name(peft_name: str) -> str:
+    """The plain HF name of a peft-wrapped weight (``base_model.model.x.base_layer.weight`` → ``x.weight``)."""
+    return peft_name.removeprefix("base_model.model.").replace(".base_layer", "")
+
+
+def merged_lora_weights(model, masters: dict, base_weights: dict):
+    """(HF name, W + (α/r)·B·A) of every adapted layer, from fp32 masters of A and B and the fp32 base W.
+
+    Computed from the masters, so the sampler never sees the adapters' rounding.
+    """
+    for name, module in model.named_modules():
+        if not hasattr(module, "lora_A") or "default" not in module.lora_A:
+            continue
+        a = masters[f"{name}.lora_A.default.weight"].float()
+        b = masters[f"{name}.lora_B.default.weight"].float()
+        name_hf = hf_name(f"{name}.base_layer.weight")
+        yield name_hf, base_weights[name_hf].to(a.device) + module.scaling["default"] * (b @ a)

@@ -1,0 +1,32 @@
+"""Samplers behind the seam of :mod:`precision_oat.sampling`, shared by every engine.
+
+    builtin       KV-cache decoding on a private copy of the weights (any device, no vLLM)
+    vllm_sampler  an in-process vLLM engine (imported only when built)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from precision_oat.args import RolloutArgs
+from precision_oat.precision import Precision
+
+
+def build_sampler(policy, precision: Precision, device: torch.device, rollout: RolloutArgs, seed: int,
+                  folder: Optional[Path] = None, longest_response: Optional[int] = None):
+    """The ``--sampler`` of a run, holding its own copy of ``policy``'s weights in the sampler dtype.
+
+    ``folder`` is where vLLM may save a policy that has no checkpoint folder of its own;
+    ``longest_response`` bounds vLLM's context (default ``--max-new-tokens``).
+    """
+    if rollout.sampler == "vllm":
+        from precision_oat.samplers.vllm_sampler import vllm_sampler_for
+
+        return vllm_sampler_for(policy, precision.vllm_dtype(), rollout, seed, folder,
+                                longest_response or rollout.max_new_tokens)
+    from precision_oat.samplers.builtin import KVCacheSampler
+
+    return KVCacheSampler(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id)

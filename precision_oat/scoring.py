@@ -1,0 +1,44 @@
+"""The trainer's view of sampled tokens: log π of every next token from one full-sequence forward.
+
+No learner is needed: any causal LM in any dtype scores a batch of right-padded sequences.
+Rows are scored in micro-batches, each trimmed to its longest sequence, so the layout (and
+with it the rounding) depends on the micro-batch size; see the trainer self-consistency
+measurement of the mismatch lab.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from precision_oat.microbatch import chunks
+
+
+def trim(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop the padding columns that every row shares (sequences are right-padded)."""
+    width = int(attention_mask.sum(-1).max())
+    return input_ids[:, :width], attention_mask[:, :width]
+
+
+def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T) at each next token, in fp32, shape [B, L-1]."""
+    logps = (logits[:, :-1].float() / temperature).log_softmax(-1)
+    return logps.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log π(y_t | y_<t) of every next token, [B, L-1], with the gradient if enabled."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    return logits_logprobs(logits, input_ids, temperature)
+
+
+@torch.no_grad()
+def score(forward, input_ids: torch.Tensor, attention_mask: torch.Tensor, micro_batch_size: int) -> torch.Tensor:
+    """``forward(ids, mask) -> [b, l-1]`` over micro-batches of rows, assembled into [B, L-1] (0 past each row's end).
+
+    ``forward`` is e.g. ``functools.partial(token_logprobs, model, temperature=T)``.
+    """
+    out = torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1, device=input_ids.device)
+    for index in chunks(torch.arange(input_ids.shape[0], device=input_ids.device), micro_batch_size):
+        ids, mask = trim(input_ids[index], attention_mask[index])
+        out[index, : ids.shape[1] - 1] = forward(ids, mask).float()
+    return out

@@ -1,0 +1,89 @@
+"""``--learner deepspeed`` on CPU (bf16 and fp32; DeepSpeed refuses fp16 without a GPU): the same
+update as the built-in learner, its checkpoints, LoRA, and the loop end to end."""
+
+import json
+
+import pytest
+import torch
+
+from precision_oat.args import algorithm_spec
+from precision_oat.engines.local.loop import build_learner, train
+from precision_oat.errors import UserError
+from tests.conftest import tiny_model
+from tests.engines.helpers import make_args
+from tests.engines.test_local_learner import rollout_of
+
+
+def build(kind, model, **flags):
+    args = make_args(learner=kind, zero_stage=flags.pop("zero_stage", 0), **flags)
+    return build_learner(args, model, args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+
+
+@pytest.mark.parametrize("zero_stage", [0, 2])
+def test_deepspeed_and_builtin_learners_make_the_same_fp32_update(zero_stage):
+    rollout = rollout_of(tiny_model(), n=2)
+    flags = dict(dtype="fp32", algo="grpo-tis", num_samples=2, micro_batch_size=4, learning_rate=1e-3)
+    builtin = build("builtin", tiny_model(), **flags)
+    deepspeed = build("deepspeed", tiny_model(), zero_stage=zero_stage, **flags)
+    a, b = builtin.update(rollout, step=0), deepspeed.update(rollout, step=0)
+    assert abs(a["loss/policy"] - b["loss/policy"]) < 1e-6
+    assert abs(a["train/grad_norm"] - b["train/grad_norm"]) < 1e-5 * a["train/grad_norm"]
+    assert b["train/optimizer_steps"] == 1 and b["train/skipped_steps"] == 0 and b["train/loss_scale"] == 1.0
+    exported_a, exported_b = dict(builtin.export_weights()), dict(deepspeed.export_weights())
+    assert exported_a.keys() == exported_b.keys()
+    moved = 0
+    for name, w in exported_a.items():
+        torch.testing.assert_close(exported_b[name].cpu(), w.cpu(), atol=1e-6, rtol=1e-5)
+        moved += not torch.equal(w.cpu(), tiny_model().state_dict()[name])
+    assert moved > 0
+
+
+def test_bf16_deepspeed_learner_keeps_fp32_masters_and_steps():
+    model = tiny_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    learner = build("deepspeed", model, dtype="bf16", algo="pg", num_samples=4, zero_stage=1, learning_rate=1e-3)
+    assert next(learner.model.parameters()).dtype == torch.bfloat16
+    stats = learner.update(rollout_of(tiny_model()), step=0)
+    assert stats["train/optimizer_steps"] == 1.0 and stats["mismatch/abs_logp_diff_mean"] > 0
+    masters = dict(learner.export_weights())
+    assert all(w.dtype == torch.float32 for w in masters.values())
+    # An Adam step of 1e-3 is below bf16's resolution for most weights, but the fp32 masters hold it.
+    changed = [n for n, w in masters.items() if not torch.equal(w.cpu(), before[n])]
+    assert len(changed) == len(masters)
+
+
+def test_fp16_deepspeed_on_cpu_is_refused_with_the_fix():
+    if torch.cuda.is_available():
+        pytest.skip("fp16 DeepSpeed runs where CUDA is")
+    with pytest.raises(UserError, match="--dtype fp16 with DeepSpeed needs a CUDA device"):
+        build("deepspeed", tiny_model(), dtype="fp16")
+
+
+def test_deepspeed_run_resumes_where_an_uninterrupted_run_ends(tmp_path, embedded_policy_dir):
+    common = dict(model=str(embedded_policy_dir), algo="grpo", dtype="bf16", learning_rate=5e-3, learner="deepspeed",
+                  zero_stage=1)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(make_args(**common, steps=3, output_dir=str(straight)))
+    train(make_args(**common, steps=2, output_dir=str(resumed)))
+    assert (resumed / "checkpoints" / "step_000002" / "deepspeed").is_dir()
+    train(make_args(**common, steps=3, output_dir=str(resumed), resume=True))
+    rows = lambda f: [json.loads(line) for line in (f / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    a, b = rows(straight), rows(resumed)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    assert a[-1]["reward/mean"] == b[-1]["reward/mean"]
+    assert abs(a[-1]["loss/policy"] - b[-1]["loss/policy"]) < 1e-6
+    assert b[-1]["train/optimizer_steps"] == 3
+
+
+def test_deepspeed_lora_exports_merged_weights():
+    model = tiny_model()
+    learner = build("deepspeed", model, dtype="fp32", algo="pg", num_samples=4, lora_rank=4, learning_rate=1e-2)
+    learner.update(rollout_of(tiny_model()), step=0)
+    exported = dict(learner.export_weights())
+    assert exported and all(n.endswith("proj.weight") for n in exported)
+    for name, module in learner.model.named_modules():
+        if hasattr(module, "lora_A") and "default" in module.lora_A:
+            a, b = module.lora_A["default"].weight, module.lora_B["default"].weight
+            key = name.removeprefix("base_model.model.") + ".weight"
+            expected = learner.base_weights[key] + module.scaling["default"] * (b @ a).detach()
+            torch.testing.assert_close(exported[key], expected, atol=1e-6, rtol=1e-5)
