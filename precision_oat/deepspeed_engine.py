@@ -76,4 +76,5 @@ def inference_engine(model: torch.nn.Module, precision: Precision, device: torch
     ensure_process_group(device)
     config = engine_config(precision, micro_batch_size, 0, None)
     engine, *_ = deepspeed.initialize(model=model.to(device), config=config)
-    return engine.eval()
+    engine.eval()
+    return engine

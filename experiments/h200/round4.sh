@@ -52,7 +52,7 @@ collect() {
   done
   cp "$RUNS"/*.log "$OUT/round4/" 2>/dev/null
   for lab in lab_vllm_deepspeed lab_builtin_hf preflight; do
-    [ -d "$RUNS/$lab" ] && { mkdir -p "$OUT/round4/$lab"; cp "$RUNS/$lab"/*.json "$RUNS/$lab"/*.png "$OUT/round4/$lab/" 2>/dev/null; }
+    [ -d "$RUNS/$lab" ] && { mkdir -p "$OUT/round4/$lab"; cp "$RUNS/$lab"/*.json "$RUNS/$lab"/*.npz "$OUT/round4/$lab/" 2>/dev/null; }
   done
   [ -f "$RUNS/step_time.json" ] && cp "$RUNS/step_time.json" "$OUT/round4/"
   true
@@ -82,11 +82,11 @@ case "$PHASE" in
     start_runs 0
     python3 -m precision_oat.mismatch --model "$HF" --prompt-data data/train/math_1k5 --prompt-template chat \
       --num-prompts 128 --num-samples 4 --max-new-tokens 512 --sampler vllm --trainer deepspeed \
-      --vllm-gpu-memory-utilization 0.08 --dtypes bf16 fp16 fp32 --device cuda \
+      --vllm-gpu-memory-utilization 0.08 --dtypes bf16 fp16 fp32 --device cuda --no-plots \
       --output-dir "$RUNS/lab_vllm_deepspeed" > "$RUNS/lab_vllm_deepspeed.log" 2>&1
     python3 -m precision_oat.mismatch --model "$HF" --prompt-data data/train/math_1k5 --prompt-template chat \
       --num-prompts 32 --num-samples 4 --max-new-tokens 512 --sampler builtin --trainer hf \
-      --dtypes bf16 fp16 fp32 --device cuda --output-dir "$RUNS/lab_builtin_hf" > "$RUNS/lab_builtin_hf.log" 2>&1
+      --dtypes bf16 fp16 fp32 --device cuda --no-plots --output-dir "$RUNS/lab_builtin_hf" > "$RUNS/lab_builtin_hf.log" 2>&1
     python3 -m precision_oat.mismatch.preflight --model "$HF" --prompt-data data/train/math_1k5 \
       --prompt-template chat --num-prompts 32 --device cuda --output-dir "$RUNS/preflight" > "$RUNS/preflight.log" 2>&1
     tail -n 4 "$RUNS"/lab_*.log "$RUNS/preflight.log"

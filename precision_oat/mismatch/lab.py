@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import Literal, Optional
 
+import numpy as np
 import torch
 
 from precision_oat.errors import UserError
@@ -240,6 +241,9 @@ def run_lab(args: LabArgs, log=print) -> dict:
         "ratios": bf16_fp16_ratios(results),
     }
     (out / "mismatch.json").write_text(json.dumps(report, indent=2))
+    # The figures' raw data, so they can be redrawn where matplotlib is (mismatch.plots.load_histograms).
+    np.savez_compressed(out / "histograms.npz", **{f"{d}|{k}": np.asarray(v) for d, h in histograms.items()
+                                                   for k, v in h.items()})
     if report["ratios"]:
         log("bf16/fp16: " + "  ".join(f"{k} {v:.1f}x" for k, v in report["ratios"].items()))
     if args.plots:

@@ -63,3 +63,15 @@ def plot_seq_logratio(histograms: dict[str, dict[str, np.ndarray]], metrics: dic
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def load_histograms(path) -> dict[str, dict]:
+    """The lab's ``histograms.npz`` back as {dtype: {key: array}}."""
+    import numpy as np
+
+    out: dict[str, dict] = {}
+    with np.load(path) as data:
+        for name in data.files:
+            dtype, key = name.split("|", 1)
+            out.setdefault(dtype, {})[key] = data[name]
+    return out

@@ -20,6 +20,13 @@ def build_task(task, evaluation, tokenizer=None) -> Task:
             raise UserError("--prompt-data applies to --task math; the arithmetic task makes its own prompts")
         sizes = {"num_train": t.max_train} if t.max_train else {}
         return ArithmeticTask(max_operand=t.max_operand, tokenizer=tokenizer, **sizes, **template)
+    if t.task == "counting":
+        from precision_oat.tasks.counting import CountingTask
+
+        if t.prompt_data is not None:
+            raise UserError("--prompt-data applies to --task math; the counting task makes its own prompts")
+        sizes = {"num_train": t.max_train} if t.max_train else {}
+        return CountingTask(truncated_reward=t.truncated_reward, eval_limit=evaluation.eval_limit, **sizes, **template)
     from precision_oat.tasks.math import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, MathTask
 
     e = evaluation
