@@ -3,18 +3,29 @@
 Every field is one flag (group prefixes are omitted, so ``--dtype`` and ``--algo`` keep
 those spellings) and the comment above it is its ``--help`` text. Presets in ``args/``
 fill the same fields; flags given on the command line override the preset.
+
+Each dataclass checks its fields in ``check()`` (run by ``__post_init__``, so tyro, presets
+and code all get it): types, ranges, and in :class:`Args` the combinations that cannot
+work. A failure is one :class:`~precision_oat.errors.UserError` line naming the flag.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
+from precision_oat import checks
 from precision_oat.algorithms import RECIPES
 from precision_oat.algorithms.registry import valid_names
-from precision_oat.engines.oat.options import OatArgs
+from precision_oat.checks import Checked, reject
+from precision_oat.errors import UserError
 from precision_oat.precision import DType, LossScalingMode, Precision
+from precision_oat.tasks.arithmetic import ARITHMETIC_TEMPLATES
+from precision_oat.tasks.base import DEFAULT_GRADING_TIMEOUT_S
+from precision_oat.templates import TEMPLATE_NAMES
 
 RecipeName = Literal[tuple(RECIPES)]  # type: ignore[valid-type]
 # Canonical names and their aliases (`--objective ppo` is `clip`); resolve() canonicalises.
@@ -23,9 +34,14 @@ ObjectiveName = Literal[tuple(valid_names("objective"))]  # type: ignore[valid-t
 CorrectionName = Literal[tuple(valid_names("correction"))]  # type: ignore[valid-type]
 ReductionName = Literal[tuple(valid_names("reduction"))]  # type: ignore[valid-type]
 
+# Attention kernels transformers knows by name; a "org/repo" hub kernel is accepted as is.
+ATTENTION_KERNELS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+# The templates each built-in task takes for --prompt-template.
+PROMPT_TEMPLATES = {"arithmetic": ARITHMETIC_TEMPLATES, "math": TEMPLATE_NAMES}
+
 
 @dataclass
-class ModelArgs:
+class ModelArgs(Checked):
     """The policy model."""
 
     # HF model id or local folder; None trains the embedded tiny arithmetic model (no download).
@@ -39,9 +55,26 @@ class ModelArgs:
     # Recompute activations in backward to save memory.
     gradient_checkpointing: bool = False
 
+    def check(self) -> None:
+        super().check()
+        for name in ("model", "gguf_file", "tokenizer", "attn_implementation"):
+            checks.text(self, name)
+        if self.gguf_file is not None and self.model is None:
+            reject("gguf_file", self.gguf_file, "needs --model, the folder or hub id that holds the file")
+        if self.attn_implementation not in ATTENTION_KERNELS and "/" not in self.attn_implementation:
+            reject("attn_implementation", self.attn_implementation,
+                   f"must be one of {', '.join(ATTENTION_KERNELS)} (or an org/repo hub kernel)")
+        if self.model is None:
+            return
+        path = Path(self.model).expanduser()
+        if (self.model.startswith((".", "/", "~")) or path.exists()) and not path.is_dir():
+            reject("model", self.model, "no such folder; pass an existing model folder or a Hugging Face hub id")
+        if self.gguf_file is not None and path.is_dir() and not (path / self.gguf_file).is_file():
+            reject("gguf_file", self.gguf_file, f"not found in {self.model}; name a .gguf file inside --model")
+
 
 @dataclass
-class PrecisionArgs:
+class PrecisionArgs(Checked):
     """The precision policy (docs/concepts.md#precision): what each side computes in."""
 
     # Dtype of the sampler and the trainer; the per-side flags below override it.
@@ -69,6 +102,19 @@ class PrecisionArgs:
     # Train in fp16 without loss scaling anyway (gradients may underflow).
     allow_unscaled_fp16: bool = False
 
+    def check(self) -> None:
+        super().check()
+        checks.number(self, "initial_loss_scale", gt=0, why="the loss is multiplied by it before backward")
+        checks.number(self, "min_loss_scale", gt=0, why="the floor the dynamic scale never goes below")
+        if self.min_loss_scale > self.initial_loss_scale:
+            reject("min_loss_scale", self.min_loss_scale,
+                   f"must be ≤ --initial-loss-scale {self.initial_loss_scale}; lower one or raise the other")
+        checks.integer(self, "loss_scale_growth_interval", 1, why="clean steps before the scale grows")
+        checks.number(self, "loss_scale_growth_factor", gt=1, why="the scale must grow after a clean interval")
+        checks.number(self, "loss_scale_backoff_factor", gt=0, lt=1, why="the scale must shrink on overflow")
+        checks.integer(self, "loss_scale_hysteresis", 1, why="overflows tolerated before the scale shrinks")
+        self.build()  # the dtype combinations (master vs trainer, fp16 without scaling)
+
     def build(self) -> Precision:
         return Precision.from_flags(
             self.dtype,
@@ -87,7 +133,7 @@ class PrecisionArgs:
 
 
 @dataclass
-class AlgorithmArgs:
+class AlgorithmArgs(Checked):
     """The algorithm: a recipe (--algo) whose parts the finer flags override (docs/concepts.md#algorithms)."""
 
     # Recipe from the paper; see `precision_oat.algorithms.RECIPES`.
@@ -111,9 +157,17 @@ class AlgorithmArgs:
     # ε in GRPO's (r − mean)/(std + ε).
     adv_eps: float = 1e-6
 
+    def check(self) -> None:
+        super().check()
+        checks.number(self, "is_cap", gt=0, why="the cap C on the importance weight; leave it unset for no cap")
+        checks.number(self, "clip_low", gt=0, lt=1, why="the ratio is clipped below at 1 − ε_low, which must stay > 0")
+        checks.number(self, "clip_high", gt=0, why="the ratio is clipped above at 1 + ε_high")
+        checks.number(self, "correction_cap", gt=0, why="the cap C on the TIS/MIS weight")
+        checks.number(self, "adv_eps", ge=0, why="added to the group's std before dividing by it")
+
 
 @dataclass
-class LoraArgs:
+class LoraArgs(Checked):
     """LoRA through peft; the sampler receives merged weights."""
 
     # LoRA rank; 0 trains all weights.
@@ -125,13 +179,22 @@ class LoraArgs:
     # Module names that get adapters.
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+    def check(self) -> None:
+        super().check()
+        checks.integer(self, "lora_rank", 0, why="0 trains all weights")
+        checks.number(self, "lora_alpha", gt=0, why="the update is scaled by alpha / rank")
+        checks.number(self, "lora_dropout", ge=0, lt=1, why="the probability of dropping a LoRA input")
+        modules = self.lora_target_modules
+        if self.lora_rank and (not modules or any(not m.strip() for m in modules)):
+            reject("lora_target_modules", modules, "must name at least one module (and no blank one) when --lora-rank > 0")
+
 
 @dataclass
-class TaskArgs:
+class TaskArgs(Checked):
     """The workload: prompts, template and reward."""
 
-    # Verifiable task: "arithmetic" (embedded toy) or "math" (math-verify oracle).
-    task: Literal["arithmetic", "math"] = "arithmetic"
+    # Verifiable task: "arithmetic" (embedded toy), "math" (math-verify oracle) or "counting" (long answers).
+    task: Literal["arithmetic", "math", "counting"] = "arithmetic"
     # Largest operand of the arithmetic task's sums.
     max_operand: int = 49
     # Training prompts: a datasets folder, a .parquet/.jsonl file or a hub id; None uses the task's own.
@@ -144,16 +207,29 @@ class TaskArgs:
     output_key: str = "answer"
     # Use at most this many training prompts; None uses all.
     max_train: Optional[int] = None
-    # Prompt template: math takes those of precision_oat.templates, arithmetic "no", "fewshot" or "chat".
-    prompt_template: str = "no"
+    # Prompt template; None takes the task's own. Math: those of precision_oat.templates; arithmetic: "no", "fewshot" or "chat".
+    prompt_template: Optional[str] = None
     # Reward of a response cut at the length limit; None grades it like any other.
     truncated_reward: Optional[float] = 0.0
     # Seconds allowed to grade one response before it scores as incorrect.
-    grading_timeout: float = 10.0
+    grading_timeout: float = DEFAULT_GRADING_TIMEOUT_S
+
+    def check(self) -> None:
+        super().check()
+        # The arithmetic task lists every pair of operands: (max_operand + 1)² of them.
+        checks.integer(self, "max_operand", 1, 999, why="the arithmetic task lists every pair of operands")
+        for name in ("prompt_data", "train_split", "input_key", "output_key", "prompt_template"):
+            checks.text(self, name)
+        checks.integer(self, "max_train", 1, why="leave it unset to use every prompt")
+        checks.number(self, "truncated_reward", why="leave it unset to grade truncated responses like any other")
+        checks.number(self, "grading_timeout", gt=0, why="seconds allowed to grade one response")
+        templates = PROMPT_TEMPLATES.get(self.task)
+        if self.prompt_template is not None and templates is not None and self.prompt_template not in templates:
+            reject("prompt_template", self.prompt_template, f"--task {self.task} takes one of {', '.join(templates)}")
 
 
 @dataclass
-class RolloutArgs:
+class RolloutArgs(Checked):
     """Sampling rollouts."""
 
     # Sampler implementation: the built-in KV-cache decoder or an in-process vLLM.
@@ -179,9 +255,20 @@ class RolloutArgs:
     # vLLM: no CUDA graphs (starts faster).
     vllm_enforce_eager: bool = True
 
+    def check(self) -> None:
+        super().check()
+        checks.integer(self, "prompts_per_step", 1)
+        checks.integer(self, "num_samples", 1, why="G, the samples drawn per prompt")
+        checks.number(self, "temperature", gt=0, why="the trainer divides logits by it")
+        checks.number(self, "top_p", gt=0, le=1, why="the probability mass kept; 1 keeps every token")
+        checks.integer(self, "max_new_tokens", 1)
+        checks.integer(self, "max_prompt_length", 1)
+        checks.number(self, "vllm_gpu_memory_utilization", gt=0, le=1, why="a fraction of the GPU's memory")
+        checks.number(self, "vllm_cpu_kv_cache_gb", gt=0, why="GiB reserved for vLLM's KV cache")
+
 
 @dataclass
-class TrainArgs:
+class TrainArgs(Checked):
     """The learner."""
 
     # RL steps (rollout + update); 0 evaluates the policy as loaded and stops.
@@ -205,9 +292,30 @@ class TrainArgs:
     # "auto" picks CUDA when available.
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
+    # Local engine's learner: "builtin" (fp32 masters, our loss scaler) or "deepspeed" (DeepSpeed's engine and scaler).
+    learner: Literal["builtin", "deepspeed"] = "builtin"
+    # DeepSpeed ZeRO stage (0-3) of --learner deepspeed and of the Oat backend's learner.
+    zero_stage: int = 2
+    # Take π_old of the first mini-batch from its own forward (detached): removes the trainer's self-gap.
+    self_consistent_old_logprobs: bool = False
+
+    def check(self) -> None:
+        super().check()
+        checks.integer(self, "steps", 0, why="0 evaluates the loaded policy and stops")
+        checks.number(self, "learning_rate", gt=0, why="AdamW's step size")
+        checks.number(self, "weight_decay", ge=0)
+        if not all(math.isfinite(b) and 0 <= b < 1 for b in self.adam_betas):
+            reject("adam_betas", self.adam_betas, "must be two finite numbers in [0, 1), AdamW's β1 and β2")
+        checks.number(self, "max_grad_norm", gt=0, why="leave it unset to disable clipping")
+        checks.integer(self, "train_batch_size", 1, why="leave it unset to use the whole rollout")
+        checks.integer(self, "micro_batch_size", 1)
+        checks.integer(self, "num_epochs", 1)
+        checks.integer(self, "seed", 0, 2**32 - 1)
+        checks.integer(self, "zero_stage", 0, 3, why="DeepSpeed's ZeRO stages")
+
 
 @dataclass
-class EvalArgs:
+class EvalArgs(Checked):
     """Evaluation on the task's benchmarks."""
 
     # Evaluate every N steps (and at the end); None never evaluates.
@@ -227,9 +335,22 @@ class EvalArgs:
     # Longest evaluation response; None uses --max-new-tokens.
     eval_max_new_tokens: Optional[int] = None
 
+    def check(self) -> None:
+        super().check()
+        checks.integer(self, "eval_every", 1, why="leave it unset to never evaluate")
+        checks.text(self, "eval_data")
+        names = self.eval_benchmarks
+        if names is not None and (not names or any(not n.strip() for n in names)):
+            reject("eval_benchmarks", names, "must name at least one benchmark; leave it unset to run the whole suite")
+        checks.integer(self, "eval_limit", 1, why="leave it unset to use every question")
+        checks.integer(self, "eval_samples", 1)
+        checks.number(self, "eval_temperature", ge=0, why="0 decodes greedily")
+        checks.number(self, "eval_top_p", gt=0, le=1, why="the probability mass kept; 1 keeps every token")
+        checks.integer(self, "eval_max_new_tokens", 1, why="leave it unset to use --max-new-tokens")
+
 
 @dataclass
-class LogArgs:
+class LogArgs(Checked):
     """Outputs: metrics, checkpoints, wandb."""
 
     # Folder for metrics.jsonl, config and checkpoints; None makes runs/<algo>-<dtype>-<time>.
@@ -249,9 +370,39 @@ class LogArgs:
     # After training, sample and rescore the final policy in each of these dtypes (mismatch_probe.json); empty skips it.
     probe_dtypes: tuple[DType, ...] = ("bf16", "fp16")
 
+    def check(self) -> None:
+        super().check()
+        checks.integer(self, "save_every", 1, why="leave it unset to save only at the end")
+        checks.integer(self, "log_every", 1)
+        checks.text(self, "wandb_project")
+        checks.text(self, "run_name")
+        if self.output_dir is not None and Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
+            reject("output_dir", self.output_dir, "is a file; pass a folder (it is created when missing)")
+
 
 @dataclass
-class Args:
+class OatArgs(Checked):
+    """Oat backend (--backend oat): how actors and learners are laid out, and DeepSpeed."""
+
+    # GPUs shared by actors and learners; None uses every visible GPU (on CPU: one actor, one learner).
+    gpus: Optional[int] = None
+    # Actors and learners share the same GPUs; None shares them when there is only one device.
+    collocate: Optional[bool] = None
+    # MiB of shared memory (Plasma) that carries rollouts from actors to learners.
+    shm_size_mb: int = 2000
+    # Load the learner's model with flash-attention 2 (needs the flash-attn package).
+    flash_attn: bool = False
+    # Keep Adam's moments on the CPU (DeepSpeedCPUAdam; compiles an op on first use).
+    adam_offload: bool = False
+
+    def check(self) -> None:
+        super().check()
+        checks.integer(self, "gpus", 1, why="leave it unset to use every visible GPU")
+        checks.integer(self, "shm_size_mb", 1, why="MiB of shared memory for rollouts")
+
+
+@dataclass
+class Args(Checked):
     """RL of LLMs with the sampler and trainer precision as explicit, measurable choices."""
 
     # Engine: "local" (embedded, one process) or "oat" (Oat's actor/learner program).
@@ -278,6 +429,49 @@ class Args:
     log: LogArgs = field(default_factory=LogArgs)
     # Oat backend only: process layout and DeepSpeed.
     oat: OatArgs = field(default_factory=OatArgs)
+
+    def check(self) -> None:
+        super().check()
+        for f in dataclasses.fields(self):
+            group = getattr(self, f.name)
+            if isinstance(group, Checked):
+                group.check()
+        r, t = self.rollout, self.train
+        responses = r.prompts_per_step * r.num_samples
+        if t.train_batch_size is not None and t.train_batch_size > responses:
+            reject("train_batch_size", t.train_batch_size,
+                   f"exceeds the {responses} responses of a step (--prompts-per-step {r.prompts_per_step} × "
+                   f"--num-samples {r.num_samples}); lower it or leave it unset to use the whole rollout")
+        _check_advantage(algorithm_spec(self), r.num_samples)
+        if self.log.resume and self.log.output_dir is None:
+            raise UserError("--resume needs --output-dir, the folder of the run to continue")
+        if self.backend == "oat":
+            self.precision.build().deepspeed_config()  # what DeepSpeed's scaler and master weights cannot do
+        if self.task.task == "arithmetic":
+            for name, value in (("prompt_data", self.task.prompt_data), ("eval_data", self.eval.eval_data),
+                                ("eval_benchmarks", self.eval.eval_benchmarks)):
+                if value is not None:
+                    raise UserError(
+                        f"{checks.flag(name)} applies to --task math; the arithmetic task makes its own prompts "
+                        f"and benchmark (add --task math or drop {checks.flag(name)} {checks.shown(value)})"
+                    )
+
+
+def _check_advantage(spec, num_samples: int) -> None:
+    """The advantage estimator works on a group of ``num_samples`` equal rewards (the common case of a solved prompt)."""
+    import torch
+
+    from precision_oat.algorithms import build_policy_loss
+
+    try:
+        advantages = build_policy_loss(spec).compute_advantages(torch.zeros(1, num_samples))
+    except ValueError as e:  # the group estimators refuse G < 2
+        raise UserError(f"--num-samples {num_samples}: {e}") from None
+    if not torch.isfinite(advantages).all():
+        raise UserError(
+            f"--adv-eps {spec.adv_eps}: --advantage {spec.advantage} gives nan when every reward of a group is equal; "
+            "use --adv-eps > 0 (the default is 1e-6)"
+        )
 
 
 def algorithm_spec(args: Args):

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from precision_oat.errors import UserError
 from precision_oat.tasks.base import Example
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +31,10 @@ _FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
 
+class DataNotFoundError(UserError, FileNotFoundError):
+    """A data source that is neither a local file or folder nor a hub id that could be loaded."""
+
+
 def load_examples(
     source: str,
     *,
@@ -37,9 +42,15 @@ def load_examples(
     input_key: str = "problem",
     output_key: str = "answer",
     limit: Optional[int] = None,
+    flag: str = "--prompt-data",
 ) -> list[Example]:
-    """The first ``limit`` rows (all when None) of ``source`` as examples, in file order."""
-    rows, columns = _read_rows(source, split)
+    """The first ``limit`` rows (all when None) of ``source`` as examples, in file order.
+
+    ``flag`` is the command-line flag that named ``source``, for the error messages.
+    """
+    rows, columns = _read_rows(source, split, flag)
+    if not rows:
+        raise UserError(f"{flag} {source}: holds no rows" + (f" in split {split!r}" if split else ""))
     _check_columns(source, columns, input_key, output_key)
     if limit is not None:
         rows = rows[:limit]
@@ -58,9 +69,12 @@ def load_eval_suite(
     chosen = list(found) if benchmarks is None else list(benchmarks)
     unknown = [b for b in chosen if b not in found]
     if unknown:
-        raise ValueError(f"benchmark(s) {', '.join(unknown)} not in {path}; available: {', '.join(found)}")
+        raise UserError(
+            f"--eval-benchmarks {' '.join(unknown)}: not in --eval-data {path}; available: {', '.join(found)}"
+        )
     return {
-        b: load_examples(path, split=b, input_key=input_key, output_key=output_key, limit=limit) for b in chosen
+        b: load_examples(path, split=b, input_key=input_key, output_key=output_key, limit=limit, flag="--eval-data")
+        for b in chosen
     }
 
 
@@ -87,54 +101,71 @@ def resolve_path(source: str) -> Optional[Path]:
     return None
 
 
-def _read_rows(source: str, split: Optional[str]) -> tuple[list[dict], list[str]]:
-    path = resolve_path(source)
+def _read_rows(source: str, split: Optional[str], flag: str) -> tuple[list[dict], list[str]]:
+    path = _existing_or_hub_id(source, flag)
     if path is not None and path.is_file():
-        rows = _read_file(path)
+        rows = _read_file(path, flag)
         columns = list(rows[0]) if rows else []
         return rows, columns
-    if path is None and Path(source).suffix in _FILE_SUFFIXES:
-        raise FileNotFoundError(f"data file {source!r} does not exist")
-    if path is None and not _HUB_ID.match(source):
-        raise FileNotFoundError(f"{source!r} is neither an existing path nor a Hugging Face hub id")
-    data = _open_dataset(str(path) if path is not None else source)
+    data = _open_dataset(str(path) if path is not None else source, flag)
     data = _pick_split(source, data, split)
     return data.to_list(), list(data.column_names)
 
 
-def _read_file(path: Path) -> list[dict]:
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+def _existing_or_hub_id(source: str, flag: str) -> Optional[Path]:
+    """``source`` as a local path, or None when it can only be a hub id; fails when it is neither."""
+    path = resolve_path(source)
+    if path is None and Path(source).suffix in _FILE_SUFFIXES:
+        raise DataNotFoundError(f"{flag} {source}: data file does not exist; check the path (relative to here or the repository)")
+    if path is None and not _HUB_ID.match(source):
+        raise DataNotFoundError(
+            f"{flag} {source}: is neither an existing path nor a Hugging Face hub id; pass a .parquet/.jsonl/.json "
+            "file, a datasets folder or an org/name hub id"
+        )
+    return path
 
-        return pq.read_table(path).to_pylist()
-    if path.suffix == ".jsonl":
-        with path.open() as f:
-            return [json.loads(line) for line in f if line.strip()]
-    if path.suffix == ".json":
+
+def _read_file(path: Path, flag: str) -> list[dict]:
+    if path.suffix not in _FILE_SUFFIXES:
+        raise UserError(f"{flag} {path}: unsupported data file; expected one of {', '.join(_FILE_SUFFIXES)} or a folder")
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+        if path.suffix == ".jsonl":
+            with path.open() as f:
+                return [json.loads(line) for line in f if line.strip()]
         data = json.loads(path.read_text())
-        if isinstance(data, dict):  # column-oriented: {"problem": [...], "answer": [...]}
-            data = [dict(zip(data, values)) for values in zip(*data.values())]
-        return list(data)
-    raise ValueError(f"unsupported data file {path}; expected one of {', '.join(_FILE_SUFFIXES)}")
+    except ValueError as e:  # json.JSONDecodeError, pyarrow.ArrowInvalid
+        raise UserError(f"{flag} {path}: not a readable {path.suffix} file ({' '.join(str(e).split())})") from None
+    if isinstance(data, dict):  # column-oriented: {"problem": [...], "answer": [...]}
+        data = [dict(zip(data, values)) for values in zip(*data.values())]
+    if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
+        raise UserError(f"{flag} {path}: expected a list of row objects or an object of columns")
+    return data
 
 
-def _open_dataset(source: str):
+def _open_dataset(source: str, flag: str):
     import datasets
 
     path = Path(source)
-    if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists()):
-        return datasets.load_from_disk(source)
-    # A folder of data files, or a hub id.
-    return datasets.load_dataset(source)
+    try:
+        if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists()):
+            return datasets.load_from_disk(source)
+        # A folder of data files, or a hub id.
+        return datasets.load_dataset(source)
+    except OSError as e:  # not on the hub, no network, unreadable folder
+        raise DataNotFoundError(f"{flag} {source}: could not be loaded ({' '.join(str(e).split())})") from None
 
 
 def _split_names(source: str) -> list[str]:
-    path = resolve_path(source)
-    if path is None and not _HUB_ID.match(source):
-        raise FileNotFoundError(f"{source!r} is neither an existing path nor a Hugging Face hub id")
-    data = _open_dataset(str(path) if path is not None else source)
+    path = _existing_or_hub_id(source, "--eval-data")
+    data = _open_dataset(str(path) if path is not None else source, "--eval-data")
     if not hasattr(data, "keys"):
-        raise ValueError(f"{source} holds a single dataset; an evaluation suite needs one split per benchmark")
+        raise UserError(
+            f"--eval-data {source}: holds a single dataset; an evaluation suite needs one split per benchmark"
+        )
     return list(data.keys())
 
 
@@ -145,9 +176,9 @@ def _pick_split(source: str, data, split: Optional[str]):
     if split is None:
         if len(names) == 1:
             return data[names[0]]
-        raise ValueError(f"{source} has splits {', '.join(names)}; choose one with split")
+        raise UserError(f"{source} has splits {', '.join(names)}; choose one with --train-split")
     if split not in data:
-        raise ValueError(f"split {split!r} not in {source}; available splits: {', '.join(names)}")
+        raise UserError(f"--train-split {split}: not in {source}; available splits: {', '.join(names)}")
     return data[split]
 
 
@@ -155,6 +186,6 @@ def _check_columns(source: str, columns: Iterable[str], input_key: str, output_k
     columns = list(columns)
     for key, flag in ((input_key, "--input-key"), (output_key, "--output-key")):
         if key not in columns:
-            raise ValueError(
-                f"column {key!r} (set by {flag}) not in {source}; available columns: {', '.join(columns)}"
+            raise UserError(
+                f"{flag} {key}: column {key!r} not in {source}; available columns: {', '.join(columns)}"
             )

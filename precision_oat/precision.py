@@ -19,6 +19,8 @@ from typing import Literal, Optional
 
 import torch
 
+from precision_oat.errors import UserError
+
 DType = Literal["fp16", "bf16", "fp32"]
 LossScalingMode = Literal["dynamic", "static", "none"]
 
@@ -27,7 +29,7 @@ VLLM_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 MANTISSA_BITS = {"fp16": 10, "bf16": 7, "fp32": 23}
 
 
-class PrecisionError(ValueError):
+class PrecisionError(UserError):
     """An invalid precision setting; the message names the flags involved."""
 
 
@@ -68,7 +70,7 @@ class Precision:
     def __post_init__(self):
         for side in ("sampler", "trainer", "master"):
             if getattr(self, side) not in TORCH_DTYPES:
-                raise PrecisionError(f"--{side}-dtype must be one of fp16, bf16, fp32, got {getattr(self, side)!r}")
+                raise PrecisionError(f"--{side}-dtype {getattr(self, side)}: must be one of fp16, bf16, fp32")
         if MANTISSA_BITS[self.master] < MANTISSA_BITS[self.trainer] or (
             {self.master, self.trainer} == {"fp16", "bf16"}
         ):
@@ -77,10 +79,10 @@ class Precision:
                 "use --master-dtype fp32"
             )
         ls = self.loss_scaling
-        if ls.enabled and not (ls.initial_scale > 0 and ls.min_scale > 0 and ls.growth_interval > 0):
-            raise PrecisionError("--initial-loss-scale, --min-loss-scale and --loss-scale-growth-interval must be > 0")
-        if ls.enabled and not (0 < ls.backoff_factor < 1 < ls.growth_factor):
-            raise PrecisionError("need 0 < --loss-scale-backoff-factor < 1 < --loss-scale-growth-factor")
+        if ls.mode not in ("dynamic", "static", "none"):
+            raise PrecisionError(f"--loss-scaling {ls.mode}: must be one of dynamic, static, none")
+        if ls.enabled:
+            _check_loss_scaling(ls)
 
     # --- builders ---
 
@@ -121,8 +123,8 @@ class Precision:
             reasons.append(f"loss scaling {loss_scaling}: --loss-scaling")
         if trainer == "fp16" and loss_scaling == "none" and not allow_unscaled_fp16:
             raise PrecisionError(
-                "fp16 training with --loss-scaling none underflows small gradients to zero and overflows "
-                "large ones; use --loss-scaling dynamic (the default for fp16) or pass --allow-unscaled-fp16"
+                "--loss-scaling none: fp16 training without loss scaling underflows small gradients to zero and "
+                "overflows large ones; use --loss-scaling dynamic (the default for fp16) or pass --allow-unscaled-fp16"
             )
         return cls(sampler, trainer, master_dtype, LossScaling(loss_scaling, **scaler), tuple(reasons))
 
@@ -183,7 +185,9 @@ class Precision:
                 )
             power = math.log2(ls.initial_scale)
             if ls.mode == "dynamic" and not power.is_integer():
-                raise PrecisionError("DeepSpeed needs --initial-loss-scale to be a power of two")
+                raise PrecisionError(
+                    f"--initial-loss-scale {ls.initial_scale}: DeepSpeed needs a power of two with --backend oat (e.g. 65536)"
+                )
             return {
                 "fp16": {
                     "enabled": True,
@@ -202,3 +206,22 @@ class Precision:
 
     def describe(self) -> str:
         return "\n".join(f"  {r}" for r in self.reasons) or f"  sampler {self.sampler}, trainer {self.trainer}"
+
+
+def _check_loss_scaling(ls: LossScaling) -> None:
+    """The scaler's settings can train: finite positive scales, min ≤ initial, a real growth and back-off."""
+    if not (math.isfinite(ls.initial_scale) and ls.initial_scale > 0 and math.isfinite(ls.min_scale)
+            and ls.min_scale > 0 and ls.growth_interval > 0):
+        raise PrecisionError(
+            "--initial-loss-scale, --min-loss-scale and --loss-scale-growth-interval must be finite and > 0, got "
+            f"{ls.initial_scale}, {ls.min_scale} and {ls.growth_interval}"
+        )
+    if ls.min_scale > ls.initial_scale:
+        raise PrecisionError(f"--min-loss-scale {ls.min_scale}: must be ≤ --initial-loss-scale {ls.initial_scale}")
+    if ls.hysteresis < 1:
+        raise PrecisionError(f"--loss-scale-hysteresis {ls.hysteresis}: must be an integer ≥ 1")
+    if not (0 < ls.backoff_factor < 1 < ls.growth_factor < math.inf):
+        raise PrecisionError(
+            "need 0 < --loss-scale-backoff-factor < 1 < --loss-scale-growth-factor < inf, got "
+            f"{ls.backoff_factor} and {ls.growth_factor}"
+        )

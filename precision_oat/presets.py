@@ -8,6 +8,7 @@ the defaults from it, then lets the remaining flags override them.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from precision_oat.args import Args
+from precision_oat.checks import checks_deferred
+from precision_oat.errors import UserError
+
 
 class _PresetLoader(yaml.SafeLoader):
     """YAML 1.1 as PyYAML reads it, plus 1.2's exponent floats: ``1e-5`` is a number, as on the command line."""
@@ -43,31 +47,44 @@ def load_preset(path: Path | str, base: Optional[Args] = None) -> Args:
     """Args with the values of the preset at ``path`` applied on top of ``base`` (or the defaults)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"--preset {path}: no such file")
-    values = yaml.load(path.read_text(), Loader=_PresetLoader) or {}
+        raise UserError(f"--preset {path}: no such file; pass a YAML file such as those under args/")
+    try:
+        values = yaml.load(path.read_text(), Loader=_PresetLoader) or {}
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise UserError(f"--preset {path}: not valid YAML{line} ({problem}); write one `flag_name: value` per line") from None
     if not isinstance(values, dict):
-        raise ValueError(f"--preset {path}: expected a mapping of flag names to values")
-    return apply_values(base or Args(), values, source=str(path))
+        raise UserError(f"--preset {path}: expected a mapping of flag names to values, one `flag_name: value` per line")
+    return apply_values(base or Args(), values, source=f"--preset {path}")
 
 
 def apply_values(args: Args, values: dict[str, Any], source: str = "preset") -> Args:
+    """``args`` with flat ``flag_name: value`` pairs applied; bad values fail naming ``source`` and the flag."""
     owner = _groups()
     updates: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
-        name = key.replace("-", "_")
+        name = str(key).replace("-", "_")
         if name not in owner:
-            raise ValueError(f"{source}: unknown key {key!r}; valid keys are the flags of --help: {sorted(owner)}")
+            close = difflib.get_close_matches(name, owner, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"valid keys are the flags of --help: {sorted(owner)}"
+            raise UserError(f"{source}: unknown key {key!r}; {hint}")
         if isinstance(value, list):
             value = tuple(value)
         updates.setdefault(owner[name], {})[name] = value
     top = updates.pop("", {})
-    if top.get("preset") is not None:
+    # Paths arrive as YAML strings; anything else is left for the type check to name.
+    if isinstance(top.get("preset"), str):
         top["preset"] = Path(top["preset"])
     for key in ("output_dir",):
-        if updates.get("log", {}).get(key) is not None:
+        if isinstance(updates.get("log", {}).get(key), str):
             updates["log"][key] = Path(updates["log"][key])
-    nested = {group: dataclasses.replace(getattr(args, group), **fields) for group, fields in updates.items()}
-    return dataclasses.replace(args, **top, **nested)
+    try:
+        nested = {group: dataclasses.replace(getattr(args, group), **fields) for group, fields in updates.items()}
+        return dataclasses.replace(args, **top, **nested)
+    except UserError as e:
+        raise UserError(f"{source}: {e}") from None
 
 
 def to_values(args: Args) -> dict[str, Any]:
@@ -95,11 +112,15 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = "python -m prec
     import tyro
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    default = Args()
-    preset = _preset_path(argv)
-    if preset is not None and "-h" not in argv and "--help" not in argv:
-        try:
+    try:
+        default = Args()
+        preset = _preset_path(argv)
+        if preset is not None and "-h" not in argv and "--help" not in argv:
             default = load_preset(preset)
-        except (FileNotFoundError, ValueError) as e:
-            sys.exit(f"error: {e}")
-    return tyro.cli(Args, args=argv, default=default, prog=prog, config=(tyro.conf.OmitArgPrefixes,))
+        # tyro would print a check's failure inside its multi-line panel: build first, check once after.
+        with checks_deferred():
+            args = tyro.cli(Args, args=argv, default=default, prog=prog, config=(tyro.conf.OmitArgPrefixes,))
+        args.check()
+    except UserError as e:
+        sys.exit(f"error: {e}")
+    return args

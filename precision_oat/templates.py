@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from precision_oat.errors import UserError
+
 # The instruction every boxed-answer template appends; the grader reads the last \boxed{}.
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -78,9 +80,9 @@ TEMPLATE_NAMES: tuple[str, ...] = (*TEMPLATES, "chat")
 
 
 def check_template(name: str) -> None:
-    """Raise ``ValueError`` naming the valid templates when ``name`` is not one."""
+    """Raise :class:`UserError` naming the valid templates when ``name`` is not one."""
     if name not in TEMPLATE_NAMES:
-        raise ValueError(f"unknown prompt template {name!r}; valid templates: {', '.join(TEMPLATE_NAMES)}")
+        raise UserError(f"--prompt-template {name}: unknown template; valid templates: {', '.join(TEMPLATE_NAMES)}")
 
 
 def apply_template(name: str, question: str, tokenizer: Any = None) -> str:
@@ -89,6 +91,9 @@ def apply_template(name: str, question: str, tokenizer: Any = None) -> str:
     if name != "chat":
         return TEMPLATES[name](question)
     if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError("template 'chat' needs a tokenizer that has a chat template")
+        raise UserError(
+            "--prompt-template chat needs a tokenizer that has a chat template; pick a named template "
+            f"({', '.join(TEMPLATES)}) or a --model/--tokenizer that ships one"
+        )
     messages = [{"role": "user", "content": f"{question} {BOXED_INSTRUCTION}"}]
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

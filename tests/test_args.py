@@ -242,5 +242,8 @@ def test_piece_aliases_are_accepted_on_the_command_line():
 
 
 def test_a_correction_without_a_cap_is_refused_naming_the_flag():
-    with pytest.raises(ValueError, match="--correction-cap"):
-        algorithm_spec(parse_args(["--algo", "pg", "--correction", "seq-tis"]))
+    # Refused while parsing, before anything loads, as one `error:` line.
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--algo", "pg", "--correction", "seq-tis"])
+    assert str(e.value.code).startswith("error: --correction seq-tis needs a cap")
+    assert "--correction-cap" in str(e.value.code)

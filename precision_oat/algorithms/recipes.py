@@ -8,8 +8,11 @@ that algorithm, exactly as if the user had written the mixins into its bases.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
+
+from precision_oat.errors import UserError
 
 from .base import AlgorithmSpec, PolicyLoss
 from .registry import canonical, lookup, valid_names
@@ -73,14 +76,14 @@ def _piece(kind: str, name: str) -> str:
     try:
         return canonical(kind, name)
     except KeyError:
-        raise ValueError(
-            f"{_PIECE_FLAGS[kind]}: unknown {kind} {name!r}; valid names: {', '.join(valid_names(kind))}"
+        raise UserError(
+            f"{_PIECE_FLAGS[kind]} {name}: unknown {kind}; valid names: {', '.join(valid_names(kind))}"
         ) from None
 
 
 def _positive(value: Optional[float], flag: str) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{flag} must be > 0, got {value}")
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UserError(f"{flag} {value}: must be a finite number > 0")
 
 
 def resolve(
@@ -99,7 +102,7 @@ def resolve(
 ) -> AlgorithmSpec:
     """The recipe ``algo`` with every non-None argument overriding its default."""
     if algo not in RECIPES:
-        raise ValueError(f"--algo: unknown recipe {algo!r}; valid names: {', '.join(sorted(RECIPES))}")
+        raise UserError(f"--algo {algo}: unknown recipe; valid names: {', '.join(sorted(RECIPES))}")
     recipe = RECIPES[algo]
     overrides = dict(advantage=advantage, objective=objective, correction=correction, reduction=reduction,
                      is_cap=is_cap, clip_low=clip_low, clip_high=clip_high, correction_cap=correction_cap)
@@ -108,10 +111,18 @@ def resolve(
     for kind in _PIECE_FLAGS:
         fields[kind] = _piece(kind, fields[kind])
     if fields["correction"] != "none" and fields["correction_cap"] is None:
-        raise ValueError(f"--correction {fields['correction']} needs a cap: pass --correction-cap C")
+        raise UserError(
+            f"--correction {fields['correction']} needs a cap and --algo {algo} sets none: pass --correction-cap C "
+            "(e.g. 2 for token-level, 10 for sequence-level)"
+        )
     _positive(fields["is_cap"], "--is-cap")
+    if not (math.isfinite(fields["clip_low"]) and 0 < fields["clip_low"] < 1):
+        raise UserError(f"--clip-low {fields['clip_low']}: must be a finite number in (0, 1)")
+    _positive(fields["clip_high"], "--clip-high")
+    if not (math.isfinite(adv_eps) and adv_eps >= 0):
+        raise UserError(f"--adv-eps {adv_eps}: must be a finite number ≥ 0")
     _positive(fields["correction_cap"], "--correction-cap")
-    _positive(max_gen_length, "max_gen_length")
+    _positive(max_gen_length, "--max-new-tokens")
     return AlgorithmSpec(**fields, loss_constant=float(max_gen_length), adv_eps=adv_eps)
 
 

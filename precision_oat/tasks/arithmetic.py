@@ -18,8 +18,11 @@ from typing import Sequence
 
 import torch
 
+from precision_oat.errors import UserError
 from precision_oat.tasks.base import Example, Task
 
+# The --prompt-template values of this task: the raw sum, worked examples first, or the tokenizer's chat format.
+ARITHMETIC_TEMPLATES = ("no", "fewshot", "chat")
 VOCAB = ["<pad>", "<eos>", *"0123456789+="]
 FEWSHOT = "3+4=7\n12+25=37\n8+9=17\n41+6=47\n"
 PAD, EOS = "<pad>", "<eos>"
@@ -38,12 +41,15 @@ class ArithmeticTask(Task):
     # the algorithm fit problems the policy can already partly solve?
     def __init__(self, max_operand: int = 49, num_train: int = 256, num_eval: int = 200, seed: int = 1234,
                  template: str = "no", tokenizer=None):
-        if template not in ("no", "fewshot", "chat"):
-            raise ValueError(
+        if template not in ARITHMETIC_TEMPLATES:
+            raise UserError(
                 f"--prompt-template {template}: the arithmetic task takes 'no' (raw \"a+b=\"), 'fewshot' or 'chat'"
             )
         if template == "chat" and getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError("--prompt-template chat needs a tokenizer with a chat template")
+            raise UserError(
+                "--prompt-template chat: the tokenizer has no chat template; use --prompt-template no or fewshot, "
+                "or a --model/--tokenizer that ships one"
+            )
         self.template, self.tokenizer = template, tokenizer
         total = (max_operand + 1) ** 2
         num_eval = min(num_eval, total // 5)

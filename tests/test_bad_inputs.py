@@ -1,0 +1,272 @@
+"""Bad input on the command line or in a preset ends as one ``error:`` line naming the flag.
+
+Every row of ``BAD_INPUTS`` goes through ``parse_args`` in this process; the rows marked
+``cli`` also run ``python -m precision_oat.main`` in subprocesses, started at once (torch's
+import makes each take seconds). ``scripts/bad_inputs.py`` runs the whole table through the
+CLI and counts how each row ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from precision_oat import stacks
+from precision_oat.args import Args, LogArgs, PrecisionArgs, RolloutArgs, TrainArgs
+from precision_oat.errors import UserError
+from precision_oat.presets import apply_values, parse_args
+
+
+@dataclasses.dataclass(frozen=True)
+class Bad:
+    # Flags after the base command; "{file}" stands for an existing file.
+    argv: tuple[str, ...]
+    # The flag (or preset key) the error must name.
+    flag: str
+    # YAML text of a preset passed with --preset, if any.
+    preset: Optional[str] = None
+    # Also run through the real CLI in a subprocess.
+    cli: bool = False
+    # Pass --output-dir (off for rows about it).
+    output_dir: bool = True
+
+    @property
+    def id(self) -> str:
+        return " ".join(self.argv) + (f" [preset: {self.preset.strip()}]" if self.preset else "")
+
+
+def bad(*argv: str, flag: Optional[str] = None, **kw) -> Bad:
+    return Bad(tuple(argv), flag or (argv[0] if argv else ""), **kw)
+
+
+BAD_INPUTS: list[Bad] = [
+    # --- rollout ---
+    bad("--temperature", "0", cli=True),
+    bad("--temperature", "nan"),
+    bad("--temperature", "-1"),
+    bad("--top-p", "0"),
+    bad("--top-p", "1.5"),
+    bad("--prompts-per-step", "0"),
+    bad("--num-samples", "0"),
+    bad("--num-samples", "1", cli=True),  # the pg recipe's group-centred advantage needs G ≥ 2
+    bad("--max-new-tokens", "0"),
+    bad("--max-prompt-length", "0"),
+    bad("--vllm-gpu-memory-utilization", "1.5"),
+    bad("--vllm-cpu-kv-cache-gb", "0"),
+    # --- learner ---
+    bad("--steps", "-1"),
+    bad("--learning-rate", "0"),
+    bad("--learning-rate", "inf"),
+    bad("--weight-decay", "-0.1"),
+    bad("--adam-betas", "0.9", "1.0"),
+    bad("--max-grad-norm", "0"),
+    bad("--train-batch-size", "0"),
+    bad("--train-batch-size", "10000", cli=True),  # more than the 32 × 8 responses of a step
+    bad("--micro-batch-size", "0"),
+    bad("--num-epochs", "0"),
+    bad("--seed", "-1"),
+    bad("--zero-stage", "4"),
+    # --- precision ---
+    bad("--initial-loss-scale", "inf", cli=True),
+    bad("--initial-loss-scale", "0"),
+    bad("--min-loss-scale", "1e9"),  # above the initial 65536
+    bad("--loss-scale-growth-factor", "1"),
+    bad("--loss-scale-backoff-factor", "1"),
+    bad("--loss-scale-hysteresis", "0"),
+    bad("--loss-scale-growth-interval", "0"),
+    bad("--dtype", "fp16", "--loss-scaling", "none", flag="--loss-scaling"),
+    bad("--dtype", "fp16", "--master-dtype", "bf16", flag="--master-dtype"),
+    bad("--backend", "oat", "--initial-loss-scale", "1000", flag="--initial-loss-scale"),  # DeepSpeed: powers of two
+    # --- algorithm ---
+    bad("--is-cap", "0"),
+    bad("--clip-low", "1"),
+    bad("--clip-high", "nan"),
+    bad("--correction", "seq-tis", "--correction-cap", "-1", flag="--correction-cap"),
+    bad("--correction", "seq-tis", flag="--correction-cap", cli=True),  # pg sets no cap
+    bad("--adv-eps", "-1"),
+    bad("--advantage", "grpo", "--adv-eps", "0", flag="--adv-eps"),  # nan on a group of equal rewards
+    # --- LoRA ---
+    bad("--lora-rank", "-1"),
+    bad("--lora-alpha", "0"),
+    bad("--lora-dropout", "1"),
+    # --- task ---
+    bad("--max-operand", "0"),
+    bad("--max-operand", "100000"),
+    bad("--max-train", "0"),
+    bad("--grading-timeout", "nan"),
+    bad("--truncated-reward", "inf"),
+    bad("--prompt-template", "alpaca"),
+    bad("--task", "math", "--prompt-template", "fewshot", flag="--prompt-template"),
+    bad("--prompt-data", "data/train/math_1k5"),  # the arithmetic task makes its own prompts
+    bad("--eval-benchmarks", "aime"),
+    # --- evaluation ---
+    bad("--eval-every", "0"),
+    bad("--eval-samples", "0"),
+    bad("--eval-temperature", "-0.5"),
+    bad("--eval-top-p", "0"),
+    bad("--eval-limit", "0"),
+    bad("--eval-max-new-tokens", "0"),
+    # --- outputs ---
+    bad("--save-every", "0"),
+    bad("--log-every", "0"),
+    bad("--output-dir", "{file}", output_dir=False),
+    bad("--resume", output_dir=False),
+    # --- model ---
+    bad("--model", "./no/such/model", cli=True),
+    bad("--gguf-file", "model.gguf"),  # without --model
+    bad("--attn-implementation", "flash"),
+    # --- Oat backend ---
+    bad("--gpus", "0"),
+    bad("--shm-size-mb", "0"),
+    # --- presets: checked the same way, and typed since YAML skips the command-line parser ---
+    bad(flag="--steps", preset="steps: -1\n", cli=True),
+    bad(flag="--temperature", preset="temperature: hot\n"),
+    bad(flag="--dtype", preset="dtype: fp8\n"),
+    bad(flag="--learning-rate", preset="learning_rate: .nan\n"),
+    bad(flag="--adam-betas", preset="adam_betas: [0.9]\n"),
+    bad(flag="--num-samples", preset="num_samples: 0\n"),
+    bad(flag="--preset", preset="steps: [1\n", cli=True),  # not YAML
+    bad(flag="--preset", preset="- steps\n"),  # not a mapping
+    bad(flag="stepz", preset="stepz: 3\n"),  # unknown key
+    bad("--num-samples", "1", flag="--num-samples", preset="algo: grpo\n"),  # a flag on top of a valid preset
+]
+
+
+def command(row: Bad, folder: Path) -> list[str]:
+    """The arguments after ``python -m precision_oat.main`` for ``row``, files made in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "file").write_text("not a folder\n")
+    argv = ["--steps", "1", "--wandb-mode", "disabled"]
+    if row.output_dir:
+        argv += ["--output-dir", str(folder / "run")]
+    if row.preset is not None:
+        (folder / "preset.yaml").write_text(row.preset)
+        argv += ["--preset", str(folder / "preset.yaml")]
+    return argv + [str(folder / "file") if token == "{file}" else token for token in row.argv]
+
+
+@pytest.mark.parametrize("row", BAD_INPUTS, ids=lambda r: r.id)
+def test_bad_input_is_refused_in_one_line_naming_the_flag(row, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(command(row, tmp_path))
+    message = str(exit_info.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    assert row.flag in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_table_covers_forty_inputs_and_every_args_group():
+    assert len(BAD_INPUTS) >= 40
+    flags = {row.flag for row in BAD_INPUTS}
+    for group in ("--temperature", "--steps", "--initial-loss-scale", "--clip-low", "--lora-rank", "--max-operand",
+                  "--eval-samples", "--log-every", "--model", "--gpus", "--preset"):
+        assert group in flags
+
+
+def test_the_base_command_alone_is_accepted(tmp_path):
+    args = parse_args(command(bad(), tmp_path))
+    assert args.train.steps == 1 and args.log.output_dir == tmp_path / "run"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--top-p", "1"),
+        ("--steps", "0"),
+        ("--lora-rank", "0"),
+        ("--eval-temperature", "0"),  # greedy evaluation
+        ("--adv-eps", "0"),  # the drgrpo advantage of --algo pg does not divide
+        ("--num-samples", "1", "--advantage", "reinforce"),
+        ("--train-batch-size", "256"),  # exactly the 32 × 8 responses of a step
+        ("--min-loss-scale", "65536"),  # equal to the initial scale
+        ("--clip-low", "0.999", "--clip-high", "5"),
+        ("--max-operand", "999"),
+    ],
+    ids=" ".join,
+)
+def test_values_on_the_edge_of_each_range_are_accepted(argv, tmp_path):
+    parse_args(command(bad(*argv), tmp_path))
+
+
+def test_args_built_in_code_are_checked_too():
+    with pytest.raises(UserError, match=r"^--temperature 0: must be a finite number > 0"):
+        RolloutArgs(temperature=0)
+    with pytest.raises(UserError, match=r"^--min-loss-scale 4.0: must be ≤ --initial-loss-scale 2.0"):
+        PrecisionArgs(initial_loss_scale=2.0, min_loss_scale=4.0)
+    with pytest.raises(UserError, match=r"^--train-batch-size 9: exceeds the 8 responses"):
+        Args(rollout=RolloutArgs(prompts_per_step=4, num_samples=2), train=TrainArgs(train_batch_size=9))
+    with pytest.raises(UserError, match=r"^--log-every 0"):
+        dataclasses.replace(LogArgs(), log_every=0)
+
+
+def test_preset_errors_name_the_preset_and_the_flag():
+    with pytest.raises(UserError, match=r"^my preset: --steps many: must be an integer$"):
+        apply_values(Args(), {"steps": "many"}, source="my preset")
+    with pytest.raises(UserError, match=r"^my preset: --probe-dtypes fp8: must be a list, each item one of fp16, bf16, fp32$"):
+        apply_values(Args(), {"probe_dtypes": ["fp8"]}, source="my preset")
+    with pytest.raises(UserError, match=r"^my preset: --max-grad-norm big: must be a number \(or null to unset it\)$"):
+        apply_values(Args(), {"max_grad_norm": "big"}, source="my preset")
+
+
+# --- the real command line ---
+
+CLI_ROWS = [row for row in BAD_INPUTS if row.cli]
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """row id → (returncode, stderr, folder) of each ``cli`` row, all run concurrently."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    started = {}
+    for i, row in enumerate(CLI_ROWS):
+        folder = tmp_path_factory.mktemp(f"row{i}")
+        argv = [sys.executable, "-m", "precision_oat.main", *command(row, folder)]
+        started[row.id] = (subprocess.Popen(argv, cwd=folder, env=env, text=True,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE), folder)
+    results = {}
+    for key, (proc, folder) in started.items():
+        _, err = proc.communicate(timeout=180)
+        results[key] = (proc.returncode, err, folder)
+    return results
+
+
+def test_the_cli_sample_holds_about_ten_rows():
+    assert 8 <= len(CLI_ROWS) <= 10
+
+
+@pytest.mark.parametrize("row", CLI_ROWS, ids=lambda r: r.id)
+def test_cli_exits_nonzero_with_one_error_line_and_no_traceback(row, cli_runs):
+    code, err, folder = cli_runs[row.id]
+    assert code != 0
+    assert "Traceback" not in err, err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith("error: ") and row.flag in last, err
+    assert not (folder / "run").exists()
+
+
+# --- optional stacks ---
+
+
+@pytest.mark.parametrize("stack", sorted(stacks.STACKS))
+def test_a_missing_stack_is_named_with_its_install_command(stack):
+    absent = [m for m in stacks.STACKS[stack].modules if importlib.util.find_spec(m) is None]
+    if not absent:
+        pytest.skip(f"{stack} is installed in this environment")
+    before = set(sys.modules)
+    assert not stacks.is_available(stack)
+    with pytest.raises(UserError) as e:
+        stacks.require(stack)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(stacks.STACKS[stack].needed_by + " needs ")
+    assert ", ".join(absent) in message
+    install = {"oat": "bash scripts/oat_env.sh", "vllm": 'pip install -e ".[vllm]"', "deepspeed": 'pip install -e ".[deepspeed]"'}
+    assert install[stack] in message
+    assert set(sys.modules) == before, "probing a stack must not import anything"
