@@ -146,8 +146,8 @@ def main():
 
     import vllm
 
-    from precision_oat.engines.local.sampler import KVCacheSampler
-    from precision_oat.engines.local.vllm_sampler import VLLMSampler
+    from precision_oat.samplers.builtin import KVCacheSampler
+    from precision_oat.samplers.vllm_sampler import VLLMSampler
     from precision_oat.sampling import SamplingParams
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -33,8 +33,7 @@ def ensure_process_group(device: torch.device) -> None:
     """A one-rank process group for this process, unless one exists."""
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        return
+    # DeepSpeed reads these even when a group exists (an in-process vLLM engine makes one).
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
@@ -43,6 +42,8 @@ def ensure_process_group(device: torch.device) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    if dist.is_initialized():
+        return
     import_deepspeed().init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
 
 

@@ -99,9 +99,11 @@ def test_every_loss_statistic_is_in_metrics(objective, correction):
 
 def test_every_metric_key_written_in_the_local_engine_is_in_metrics():
     # Literal keys such as "train/loss_scale" in the code that produces the local engine's log.
-    sources = [*(PACKAGE / "engines" / "local").glob("*.py"), PACKAGE / "run_log.py", *(PACKAGE / "algorithms").rglob("*.py")]
+    sources = [*(PACKAGE / "engines" / "local").glob("*.py"), PACKAGE / "run_log.py", PACKAGE / "actor.py",
+               PACKAGE / "rl_step.py", *(PACKAGE / "algorithms").rglob("*.py")]
     keys = {k for path in sources for k in re.findall(r"""["']((?:[a-z]+)/[a-z0-9_@]+)["']""", path.read_text())}
-    keys = {k for k in keys if k.split("/")[0] in {"reward", "response", "perf", "train", "loss", "mismatch", "time", "eval"}}
+    keys = {k for k in keys if k.split("/")[0] in {"reward", "response", "perf", "train", "loss", "mismatch", "time",
+                                                    "eval", "ratio", "precision"}}
     assert {"train/loss_scale", "reward/mean", "perf/train_tokens_per_s"} <= keys  # the scan sees them
     missing = sorted(k for k in keys if not _documented(k, METRICS))
     assert not missing, f"docs/metrics.md lacks {missing}"

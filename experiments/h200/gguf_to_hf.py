@@ -8,7 +8,7 @@ Every later process then loads the folder in seconds instead of dequantising the
 import sys
 
 from precision_oat.args import ModelArgs
-from precision_oat.engines.local.decoder import supports
+from precision_oat.samplers.decoder import supports
 from precision_oat.models import load_policy
 
 folder, name, out = sys.argv[1:4]

@@ -26,6 +26,7 @@ PHASE=${PHASE:-start}
 LIMIT=${LIMIT:-520}
 STEPS=${STEPS:-200}
 MAXTOK=${MAXTOK:-768}
+PROMPTS=${PROMPTS:-.gpu/math128.jsonl}
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS" "$OUT/round4"
 started=$(date +%s)
@@ -33,16 +34,16 @@ started=$(date +%s)
 common=(--model "$HF" --task counting --sampler vllm --learner deepspeed --zero-stage 1 --device cuda
         --prompts-per-step 8 --num-samples 4 --max-new-tokens "$MAXTOK" --temperature 1.0
         --learning-rate 2e-5 --micro-batch-size 32 --save-every 10 --eval-every 25 --eval-samples 1
-        --vllm-gpu-memory-utilization 0.04 --no-vllm-enforce-eager --probe-dtypes --wandb-mode disabled
+        --vllm-gpu-memory-utilization 0.12 --vllm-enforce-eager --probe-dtypes --wandb-mode disabled
         --log-every 10)
 
 arms() {  # name, then the flags that differ
-  for seed in 0 1; do for algo in grpo pg; do for dtype in fp16 bf16; do
+  for seed in ${SEEDS:-0 1}; do for algo in grpo pg; do for dtype in fp16 bf16; do
     echo "$algo-$dtype-seed$seed --algo $algo --dtype $dtype --seed $seed"
   done; done; done
   echo "grpo-fp32-seed0 --algo grpo --dtype fp32 --seed 0"
   echo "grpo-tis-bf16-seed0 --algo grpo-tis --dtype bf16 --seed 0"
-  echo "grpo-bf16-seed0-selfconsistent --algo grpo --dtype bf16 --seed 0 --self-consistent-old-logprobs --steps 30"
+  [ "${SELFCONSISTENT:-0}" = 1 ] && echo "grpo-bf16-seed0-selfconsistent --algo grpo --dtype bf16 --seed 0 --self-consistent-old-logprobs --steps 30"
 }
 
 collect() {
@@ -72,22 +73,24 @@ start_runs() {
     # shellcheck disable=SC2086
     timeout -s TERM -k 60 "$left" python3 -m precision_oat.main "${common[@]}" --steps "$STEPS" $flags \
       --output-dir "$RUNS/$name" "${extra[@]}" >> "$RUNS/$name.log" 2>&1 &
-    sleep 3
+    # vLLM profiles free GPU memory at start-up: one engine starts at a time.
+    sleep 20
   done < <(arms)
 }
 
 case "$PHASE" in
   start)
     [ -f "$HF/config.json" ] || { echo "no SmolLM2 HF folder at $HF" >&2; exit 1; }
-    start_runs 0
-    python3 -m precision_oat.mismatch --model "$HF" --prompt-data data/train/math_1k5 --prompt-template chat \
-      --num-prompts 128 --num-samples 4 --max-new-tokens 512 --sampler vllm --trainer deepspeed \
-      --vllm-gpu-memory-utilization 0.08 --dtypes bf16 fp16 fp32 --device cuda --no-plots \
+    timeout $((LIMIT - ($(date +%s) - started))) python3 -m precision_oat.mismatch --model "$HF" \
+      --prompt-data "$PROMPTS" --prompt-template chat --num-prompts 128 --num-samples 4 --max-new-tokens 512 --sampler vllm --trainer deepspeed \
+      --vllm-gpu-memory-utilization 0.2 --vllm-enforce-eager --dtypes bf16 fp16 fp32 --device cuda --no-plots \
       --output-dir "$RUNS/lab_vllm_deepspeed" > "$RUNS/lab_vllm_deepspeed.log" 2>&1
-    python3 -m precision_oat.mismatch --model "$HF" --prompt-data data/train/math_1k5 --prompt-template chat \
-      --num-prompts 32 --num-samples 4 --max-new-tokens 512 --sampler builtin --trainer hf \
+    tail -n 8 "$RUNS/lab_vllm_deepspeed.log"
+    start_runs 0
+    [ "${BUILTIN_LAB:-1}" = 1 ] && timeout $((LIMIT - ($(date +%s) - started))) python3 -m precision_oat.mismatch --model "$HF" \
+      --prompt-data "$PROMPTS" --prompt-template chat --num-prompts 32 --num-samples 4 --max-new-tokens 512 --sampler builtin --trainer hf \
       --dtypes bf16 fp16 fp32 --device cuda --no-plots --output-dir "$RUNS/lab_builtin_hf" > "$RUNS/lab_builtin_hf.log" 2>&1
-    python3 -m precision_oat.mismatch.preflight --model "$HF" --prompt-data data/train/math_1k5 \
+    [ "${BUILTIN_LAB:-1}" = 1 ] && timeout $((LIMIT - ($(date +%s) - started))) python3 -m precision_oat.mismatch.preflight --model "$HF" --prompt-data "$PROMPTS" \
       --prompt-template chat --num-prompts 32 --device cuda --output-dir "$RUNS/preflight" > "$RUNS/preflight.log" 2>&1
     tail -n 4 "$RUNS"/lab_*.log "$RUNS/preflight.log"
     wait ;;
@@ -101,3 +104,4 @@ case "$PHASE" in
 esac
 for f in "$RUNS"/*-seed*.log; do echo "== $(basename "$f"): $(grep -E '^step ' "$f" | tail -n 1)"; done
 collect
+tar czf "$OUT/round4.tgz" -C "$OUT" round4 && rm -rf "$OUT/round4"
