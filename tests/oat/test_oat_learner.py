@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from precision_oat.algorithms import compose
-from precision_oat.engines.local.learner import PrecisionLearner as LocalLearner
+from precision_oat.engines.local.loop import build_learner
 from precision_oat.engines.oat.actor import PrecisionActor
 from precision_oat.engines.oat.learner import PrecisionLearner
 from precision_oat.rollout import collate
@@ -83,8 +83,8 @@ def test_loss_and_mismatch_match_the_local_engine_in_fp32(oat_args, oat_policy_d
     rewards = [t.rewards[-1] for t in transitions]
     rollout = collate(completions, rewards, source.rollout.num_samples, learner.tokenizer.pad_token_id)
     model = AutoModelForCausalLM.from_pretrained(oat_policy_dir, attn_implementation="eager")
-    local = compose(args.algorithm, LocalLearner)(source, model, args.precision, args.algorithm, torch.device("cpu"))
-    local_info = local.learn(rollout, step=0)
+    local = build_learner(source, model, args.precision, args.algorithm, torch.device("cpu"))
+    local_info = local.update(rollout, step=0)
 
     assert abs(local_info["loss/policy"]) > 1e-3
     assert oat_info["loss/policy"] == pytest.approx(local_info["loss/policy"], rel=1e-4)

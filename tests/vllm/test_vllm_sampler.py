@@ -80,7 +80,7 @@ def test_without_vllm_import_works_and_construction_says_how_to_install(tmp_path
     # A child process where `import vllm` fails, as on a machine without it.
     code = (
         "import sys; sys.modules['vllm'] = None\n"
-        "from precision_oat.engines.local import vllm_sampler as m\n"
+        "from precision_oat.samplers import vllm_sampler as m\n"
         "assert not m.is_vllm_available()\n"
         "try:\n"
         f"    m.VLLMSampler({str(tmp_path)!r}, 'float32')\n"
