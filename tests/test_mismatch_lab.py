@@ -60,4 +60,4 @@ def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_
                   "--device", "cpu", "--no-plots", "--output-dir", str(out)])
     assert report["dtypes"]["fp32"]["sequences"] == 2 * 2
     assert report["ratios"] == {}
-    assert sorted(p.name for p in out.iterdir()) == ["mismatch.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["histograms.npz", "mismatch.json"]
