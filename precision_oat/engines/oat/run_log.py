@@ -20,7 +20,7 @@ class OatRunLog:
         out = Path(args.output_dir)
         self.run_log = RunLog(
             out, to_values(source), wandb_mode=source.log.wandb_mode, project=source.log.wandb_project,
-            run_name=source.log.run_name or out.name, resume=False,
+            run_name=source.log.run_name or out.name,
         )
         self.steps_logged: set[int] = set()
         self.evals_logged: set[int] = set()
