@@ -6,11 +6,13 @@ settings; the engine decides where it runs and how weights reach the sampler.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Sequence
 
 from precision_oat.args import EvalArgs, RolloutArgs
+from precision_oat.data_parallel import SINGLE, World
 from precision_oat.errors import UserError
 from precision_oat.evaluation import summarize
 from precision_oat.rollout import Rollout, collate
@@ -20,8 +22,11 @@ from precision_oat.tasks.base import Example, Task
 
 
 class PrecisionActor:
-    def __init__(self, sampler: Sampler, task: Task, tokenizer, rollout: RolloutArgs, seed: int):
+    """Samples and grades; with several processes each samples its share of a batch and all get the whole of it."""
+
+    def __init__(self, sampler: Sampler, task: Task, tokenizer, rollout: RolloutArgs, seed: int, world: World = SINGLE):
         self.sampler = sampler
+        self.world = world
         self.task = task
         self.tokenizer = tokenizer
         self.settings = rollout
@@ -45,13 +50,17 @@ class PrecisionActor:
     def experience(self, examples: Sequence[Example], step: int):
         """G samples of each example, scored by the task: (completions, texts, rewards, statistics)."""
         start = time.perf_counter()
-        completions, texts = self.sample(examples, self.params(step))
-        elapsed = time.perf_counter() - start
+        first, mine = self.world.share(examples)
+        completions, texts = self.sample(mine, dataclasses.replace(self.params(step), first_prompt=first))
         g = self.settings.num_samples
         truncated = [not c.finished for c in completions]
-        rewards = self.task.score(texts, [e for e in examples for _ in range(g)], truncated)
+        rewards = self.task.score(texts, [e for e in mine for _ in range(g)], truncated)
         check_rewards(rewards, texts, self.task.name)
-        stats = rollout_stats(rewards, [len(c.response_ids) for c in completions], truncated, elapsed)
+        parts = self.world.gather((completions, texts, rewards, time.perf_counter() - start))
+        completions, texts, rewards = ([x for part in parts for x in part[i]] for i in range(3))
+        elapsed = max(part[3] for part in parts)
+        stats = rollout_stats(rewards, [len(c.response_ids) for c in completions],
+                              [not c.finished for c in completions], elapsed)
         return completions, texts, rewards, stats
 
     def rollout(self, examples: Sequence[Example], step: int) -> tuple[Rollout, dict[str, float]]:
@@ -68,9 +77,11 @@ class PrecisionActor:
         )
         results = {}
         for name, examples in self.task.eval_sets().items():
-            completions, texts = self.sample(examples, params)
-            correct = self.task.correctness(texts, [ex for ex in examples for _ in range(params.n)])
+            first, mine = self.world.share(examples)
+            completions, texts = self.sample(mine, dataclasses.replace(params, first_prompt=first))
+            correct = self.task.correctness(texts, [ex for ex in mine for _ in range(params.n)])
             samples = [(ok, len(c.response_ids)) for ok, c in zip(correct, completions)]
+            samples = [x for part in self.world.gather(samples) for x in part]
             results[name] = [samples[i : i + params.n] for i in range(0, len(samples), params.n)]
         return summarize(results) if results else {}
 

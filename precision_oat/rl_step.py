@@ -27,6 +27,7 @@ from typing import Iterable, Optional
 import torch
 
 from precision_oat.algorithms import PolicyLoss
+from precision_oat.data_parallel import SINGLE, World
 from precision_oat.errors import NonFiniteWeights
 from precision_oat.microbatch import mean_stats
 from precision_oat.mismatch import mismatch_breakdown, mismatch_metrics
@@ -52,6 +53,8 @@ class UpdateSettings:
     temperature: float = 1.0
     # Take π_old of the first mini-batch from its own forward (detached), removing the self-gap.
     self_consistent_old_logprobs: bool = False
+    # The processes that share each step (one by default); see :mod:`~precision_oat.data_parallel`.
+    world: World = SINGLE
 
 
 class RLStep(PolicyLoss):
@@ -88,11 +91,15 @@ class RLStep(PolicyLoss):
 
     def score(self, rollout: Rollout) -> torch.Tensor:
         """log π_old of the whole rollout, [B, L-1], in micro-batches, no gradient."""
+        world = self.settings.world
+        rows = world.rows(rollout.num_sequences)
         self.set_train(False)
         try:
-            return score(self.forward_logprobs, rollout.input_ids, rollout.attention_mask, self.settings.micro_batch_size)
+            mine = score(self.forward_logprobs, rollout.input_ids[rows], rollout.attention_mask[rows],
+                         self.settings.micro_batch_size)
         finally:
             self.set_train(True)
+        return world.gather_rows(mine)
 
     def update(self, rollout: Rollout, step: int) -> dict[str, float]:
         """One RL update on ``rollout`` (already on the trainer's device); return its statistics."""
@@ -106,7 +113,8 @@ class RLStep(PolicyLoss):
         advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
 
         generator = torch.Generator().manual_seed(derive_seed(s.seed, SHUFFLE, step))
-        plan = update_plan(rollout.num_sequences, s.train_batch_size, s.micro_batch_size, s.num_epochs, generator)
+        plan = update_plan(rollout.num_sequences, s.train_batch_size, s.micro_batch_size, s.num_epochs, generator,
+                           s.world)
         losses, norms, loss_stats, ratio_stats = [], [], [], []
         skipped = 0
         first = {}
@@ -120,13 +128,14 @@ class RLStep(PolicyLoss):
                     if s.self_consistent_old_logprobs:
                         batch.old_logprobs = batch.logprobs.detach()
                 loss, loss_s = self.policy_loss(batch)
-                self.backward(loss, last_micro_batch=j == len(mini.micro_batches) - 1)
+                # The loss carries the whole mini-batch's denominators; the ranks' gradients are averaged.
+                self.backward(loss * s.world.size, last_micro_batch=j == len(mini.micro_batches) - 1)
                 total += loss.item()
                 mini_stats.append(loss_s)
                 ratio_stats.append(_ratio_decomposition(batch))
             if k == 0:
-                first.update({f"phantom/{key.split('/', 1)[1]}": v for key, v in mean_stats(mini_stats).items()
-                              if key.endswith("_frac")})
+                first.update(s.world.reduce({f"phantom/{key.split('/', 1)[1]}": v
+                                             for key, v in mean_stats(mini_stats).items() if key.endswith("_frac")}))
             norm, was_skipped = self.optimizer_step()
             if not was_skipped:
                 check_finite(self.trainable_weights(), step)
@@ -135,9 +144,13 @@ class RLStep(PolicyLoss):
             norms.append(norm)
             skipped += was_skipped
 
-        stats.update(mean_stats(loss_stats))
-        stats.update(mean_stats(ratio_stats))
+        world = s.world
+        stats.update(world.reduce(mean_stats(loss_stats)))
+        stats.update(world.reduce(mean_stats(ratio_stats)))
+        first.update(world.reduce({k: first[k] for k in ("_gap_sum", "_gap_tokens")}, "sum"))
+        first.update(world.reduce({"_gap_max": first["_gap_max"]}, "max"))
         stats.update(_finish_self_gap(first))
+        losses = [sum(per_rank) for per_rank in zip(*world.gather(losses))]
         stats.update(
             {
                 "loss/policy": sum(losses) / len(losses),

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import torch
 
 from precision_oat.algorithms import PolicyBatch
+from precision_oat.data_parallel import SINGLE, World
 from precision_oat.microbatch import chunks
 from precision_oat.rollout import Rollout
 
@@ -28,14 +29,18 @@ class MiniBatch:
 
 
 def update_plan(num_sequences: int, train_batch_size: Optional[int], micro_batch_size: int, num_epochs: int,
-                generator: torch.Generator) -> list[MiniBatch]:
-    """Mini-batches of every epoch, in order (one fresh permutation per epoch)."""
+                generator: torch.Generator, world: World = SINGLE) -> list[MiniBatch]:
+    """Mini-batches of every epoch, in order (one fresh permutation per epoch).
+
+    With several processes the plan is the one-process plan; a rank's micro-batches cover only
+    its share of each mini-batch (``index`` stays the whole mini-batch, for the denominators).
+    """
     batch_size = train_batch_size or num_sequences
     plan = []
     for _ in range(num_epochs):
         order = torch.randperm(num_sequences, generator=generator)
         for mini in chunks(order, batch_size):
-            plan.append(MiniBatch(mini, list(chunks(mini, micro_batch_size))))
+            plan.append(MiniBatch(mini, list(chunks(mini[world.rows(len(mini))], micro_batch_size))))
     return plan
 
 

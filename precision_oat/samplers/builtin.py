@@ -20,8 +20,9 @@ from precision_oat.samplers.decoder import Decoder, supports
 from precision_oat.sampling import Completion, SamplingParams
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator):
-    """Sample one token per row; return it and its log-probability under the distribution sampled from."""
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, uniform: torch.Tensor):
+    """Sample one token per row by inverting its CDF at ``uniform`` (one draw in [0, 1) per row);
+    return the tokens and their log-probabilities under the distribution sampled from."""
     logits = logits.float() / max(temperature, 1e-6)
     if top_p < 1.0:
         sorted_logits, order = logits.sort(dim=-1, descending=True)
@@ -31,8 +32,21 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generato
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     logprobs = logits.log_softmax(-1)
-    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    probs = logprobs.exp()
+    cdf = probs.cumsum(-1)
+    tokens = torch.searchsorted(cdf, (uniform.to(cdf) * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+    # u·total can round up to total itself: fall back to the last token with any mass.
+    last_kept = probs.shape[-1] - 1 - (probs.flip(-1) > 0).float().argmax(-1)
+    tokens = torch.minimum(tokens, last_kept)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def row_uniforms(seed: int, first_row: int, rows: int, steps: int) -> torch.Tensor:
+    """[rows, steps] uniforms; row r is the stream seeded ``seed + first_row + r`` (batch-invariant)."""
+    out = torch.empty(rows, steps)
+    for r in range(rows):
+        out[r] = torch.rand(steps, generator=torch.Generator().manual_seed(seed + first_row + r))
+    return out
 
 
 class KVCacheSampler:
@@ -67,8 +81,8 @@ class KVCacheSampler:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         rows = [p for p in prompts for _ in range(params.n)]
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(params.seed if params.seed is not None else torch.seed() % 2**62)
+        seed = params.seed if params.seed is not None else torch.seed() % 2**62
+        uniforms = row_uniforms(seed, params.first_prompt * params.n, len(rows), params.max_new_tokens).to(self.device)
         width = max(len(p) for p in rows)
         # Left padding keeps every row's next token at the same column.
         input_ids = torch.tensor([[self.pad_token_id] * (width - len(p)) + p for p in rows], device=self.device)
@@ -78,9 +92,9 @@ class KVCacheSampler:
         done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
         tokens, logps = [], []
         cache, step_ids = None, input_ids
-        for _ in range(params.max_new_tokens):
+        for t in range(params.max_new_tokens):
             logits, cache = self._next_logits(step_ids, attention, cache)
-            token, logp = sample_next(logits, params.temperature, params.top_p, generator)
+            token, logp = sample_next(logits, params.temperature, params.top_p, uniforms[:, t])
             token = token.masked_fill(done, self.pad_token_id)
             tokens.append(token)
             logps.append(logp)

@@ -150,8 +150,8 @@ class VLLMSampler:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """G = params.n completions per prompt, prompt-major.
 
-        With a seed s, prompt i's request gets seed s + i·n (vLLM gives its k-th sample
-        s + i·n + k), so every sample of the batch draws from its own stream. Without one,
+        With a seed s, prompt i's request gets seed s + (first_prompt + i)·n (vLLM gives its
+        k-th sample that + k), so every sample of the batch draws from its own stream. Without one,
         s is drawn from the sampler's own generator (seeded by ``seed``).
         """
         import vllm
@@ -191,7 +191,8 @@ def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
     """One ``vllm.SamplingParams`` per prompt, each with its own seed.
 
     vLLM gives the k-th sample of a request the seed s + k, so prompt i's request gets
-    s + i·n: every sample of the batch draws from its own stream. (One seed for every
+    s + (first_prompt + i)·n: every sample of the batch draws from its own stream, the one the
+    built-in sampler gives that row. (One seed for every
     prompt would make sample k of every prompt draw the same noise.) Only ``stop_token_ids``
     end a response, and only the sampled token's log-probability comes back.
     """
@@ -203,7 +204,7 @@ def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
             max_tokens=params.max_new_tokens,
             stop_token_ids=list(params.stop_token_ids),
             ignore_eos=True,
-            seed=None if params.seed is None else params.seed + i * params.n,
+            seed=None if params.seed is None else params.seed + (params.first_prompt + i) * params.n,
             logprobs=0,
             detokenize=False,
         )

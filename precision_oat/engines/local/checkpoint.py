@@ -19,26 +19,35 @@ from typing import Optional
 import numpy as np
 import torch
 
+from precision_oat.data_parallel import SINGLE, World
 
-def save_checkpoint(output_dir: Path, step: int, learner, tokenizer) -> Path:
+
+def save_checkpoint(output_dir: Path, step: int, learner, tokenizer, world: World = SINGLE) -> Path:
+    """Every rank takes part (gathering the weights and DeepSpeed's shards are collective); rank 0 writes the rest."""
     root = output_dir / "checkpoints"
     final = root / f"step_{step:06d}"
     tmp = root / f".step_{step:06d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    learner.save_policy(tmp)
-    tokenizer.save_pretrained(tmp)
+    if world.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    world.barrier()
+    policy = learner.export_model()
     learner.save_state(tmp)
-    state = {
-        "step": step,
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
-    }
-    torch.save(state, tmp / "trainer_state.pt")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    pointer = root / "latest.tmp"
-    pointer.write_text(final.name)
-    os.replace(pointer, root / "latest")
+    world.barrier()
+    if world.is_main:
+        policy.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        state = {
+            "step": step,
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+        }
+        torch.save(state, tmp / "trainer_state.pt")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        pointer = root / "latest.tmp"
+        pointer.write_text(final.name)
+        os.replace(pointer, root / "latest")
+    world.barrier()
     return final
 
 

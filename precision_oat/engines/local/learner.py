@@ -123,10 +123,6 @@ class PrecisionLearner(RLStep):
         model.load_state_dict(self.full_state(), strict=False)
         return model.eval()
 
-    def save_policy(self, folder) -> None:
-        """A folder ``AutoModelForCausalLM.from_pretrained`` loads: fp32, LoRA merged."""
-        self.export_model().save_pretrained(folder)
-
     # --- checkpoint state ---
 
     def save_state(self, folder: Path) -> None:

@@ -14,13 +14,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import signal
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from precision_oat.actor import PrecisionActor, check_prompt_lengths
 from precision_oat.algorithms import compose
 from precision_oat.args import Args, algorithm_spec
+from precision_oat.data_parallel import SINGLE, World, check_layout, check_same_config, world_from_env
 from precision_oat.engines.local.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from precision_oat.engines.local.learner import PrecisionLearner
 from precision_oat.errors import UserError
@@ -35,12 +38,12 @@ from precision_oat.samplers import build_sampler
 from precision_oat.seeds import PROMPT_ORDER, derive_seed
 from precision_oat.tasks import build_task
 
-def build_learner(args: Args, model, precision, spec, device):
+def build_learner(args: Args, model, precision, spec, device, world: World = SINGLE):
     """``--learner``: the built-in learner or DeepSpeed's, with the algorithm's mixins before it."""
     t, r = args.train, args.rollout
     settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
                               num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
-                              self_consistent_old_logprobs=t.self_consistent_old_logprobs)
+                              self_consistent_old_logprobs=t.self_consistent_old_logprobs, world=world)
     base = PrecisionLearner
     if t.learner == "deepspeed":
         from precision_oat.engines.local.deepspeed_learner import DeepSpeedLearner
@@ -54,27 +57,35 @@ def train(args: Args) -> dict:
     # Everything that can be wrong with the arguments fails here, before any model loads.
     precision = args.precision.build()
     spec = algorithm_spec(args)
-    device = resolve_device(args.train.device)
-    out = output_dir_for(args)
+    world, device = processes(args)
+    out = world.broadcast(output_dir_for(args))
     if args.log.resume and latest_checkpoint(out) is None:
         raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(to_values(dataclasses.replace(args, log=dataclasses.replace(
-        args.log, output_dir=out))), indent=2))
-    print(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
-          f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
-          f"device {device}\nprecision policy:\n{precision.describe()}", flush=True)
+    config = to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out)))
+    check_same_config(world, config)
+    if world.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(config, indent=2))
+    world.barrier()
+    say = print if world.is_main else (lambda *a, **k: None)
+    say(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
+        f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
+        f"device {device}" + (f" · {world.size} processes" if world.size > 1 else "") +
+        f"\nprecision policy:\n{precision.describe()}", flush=True)
 
     torch.manual_seed(args.train.seed)
     random.seed(args.train.seed)
     policy = load_policy(args.model)
     task = build_task(args.task, args.eval, policy.tokenizer)
+    check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
+                 args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
-    sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed, folder=out / "vllm_init",
+    sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
+                            folder=out / ("vllm_init" if world.size == 1 else f"vllm_init_rank{world.rank}"),
                             longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0))
-    learner = build_learner(args, policy.model, precision, spec, device)
-    actor = PrecisionActor(sampler, task, policy.tokenizer, args.rollout, args.train.seed)
+    learner = build_learner(args, policy.model, precision, spec, device, world)
+    actor = PrecisionActor(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
     examples = task.train_set()
     check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
 
@@ -83,10 +94,12 @@ def train(args: Args) -> dict:
         folder = latest_checkpoint(out)
         start_step = load_checkpoint(folder, learner)
         sampler.load_weights(learner.export_weights())
-        print(f"resumed from {folder} at step {start_step}", flush=True)
+        say(f"resumed from {folder} at step {start_step}", flush=True)
 
+    # Rank 0 writes the run's metrics; the other ranks only compute.
     log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
-                 run_name=args.log.run_name or out.name, resume_step=start_step if args.log.resume else None)
+                 run_name=args.log.run_name or out.name,
+                 resume_step=start_step if args.log.resume else None) if world.is_main else None
     steps, per_step = args.train.steps, args.rollout.prompts_per_step
     if steps == 0:
         return evaluate_only(actor, args, log, out)
@@ -98,24 +111,32 @@ def train(args: Args) -> dict:
         metrics["step"] = step + 1
         if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
             metrics.update(actor.evaluate(args.eval, step + 1))
-        histograms = None
-        if log.wandb is not None:
-            histograms = mismatch_histograms(rollout.sampler_logprobs, learner.old_logprobs.cpu(), rollout.response_mask)
-        log.log(metrics, histograms, total_steps=steps,
-                echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
-        if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stop.requested:
-            save_checkpoint(out, step + 1, learner, policy.tokenizer)
-        if stop.requested:
-            log.close()
-            print(f"{stop.requested}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
-            raise SystemExit(128 + stop.signal_number)
+        if log is not None:
+            histograms = None
+            if log.wandb is not None:
+                histograms = mismatch_histograms(rollout.sampler_logprobs, learner.old_logprobs.cpu(),
+                                                 rollout.response_mask)
+            log.log(metrics, histograms, total_steps=steps,
+                    echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
+        # A signal may reach some ranks only: all of them stop at the same step.
+        stopping = world.any(stop.requested is not None)
+        if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stopping:
+            save_checkpoint(out, step + 1, learner, policy.tokenizer, world)
+        if stopping:
+            if log is not None:
+                log.close()
+            say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
+            raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
     stop.restore()
+    # Gathering the final weights is collective with several processes; rank 0 probes them.
+    final = Policy(learner.export_model(), policy.tokenizer, None) if args.log.probe_dtypes else None
+    if not world.is_main:
+        return {}
     log.close()
     probe = {}
-    if args.log.probe_dtypes:
+    if final is not None:
         # The probe samples and scores in each dtype on its own copies: the learner and the
         # sampler leave the device first.
-        final = Policy(learner.export_model(), policy.tokenizer, None)
         del learner, sampler, actor.sampler
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -126,9 +147,25 @@ def train(args: Args) -> dict:
     return summary
 
 
-def evaluate_only(actor: PrecisionActor, args: Args, log: RunLog, out: Path) -> dict:
+def processes(args: Args) -> tuple[World, "torch.device"]:
+    """This process's place among the launcher's processes (one without a launcher), and its device."""
+    world = world_from_env()
+    device = resolve_device(args.train.device)
+    if world.size > 1:
+        from precision_oat.deepspeed_engine import ensure_process_group
+
+        if device.type == "cuda":
+            device = torch.device("cuda", world.local_rank)
+            torch.cuda.set_device(device)
+        ensure_process_group(device)
+    return world, device
+
+
+def evaluate_only(actor: PrecisionActor, args: Args, log: Optional[RunLog], out: Path) -> dict:
     """``--steps 0``: evaluate the policy as loaded, log it as step 0, and stop."""
     metrics = {"step": 0, **actor.evaluate(args.eval, 0)}
+    if log is None:
+        return metrics
     log.log(metrics, total_steps=0, echo=False)
     log.close()
     print("\n".join(f"{k}: {v:.4f}" for k, v in metrics.items() if k.startswith("eval/")), flush=True)

@@ -1,0 +1,146 @@
+"""Data parallelism over N processes (``torchrun --nproc-per-node N``), one device each.
+
+A step of P prompts × G samples is the same step on any N:
+
+- rank r samples prompts [r·P/N, (r+1)·P/N) of the step, whole groups, so advantages never
+  mix ranks, and every response draws from the stream of its place in the whole batch
+  (``SamplingParams.first_prompt``), so the samples are the ones one process would draw;
+- the ranks exchange their responses, so every rank holds the whole rollout, its rewards,
+  advantages and mismatch statistics, exactly as one process computes them;
+- each rank scores π_old on its share of the rows, and the scores are exchanged;
+- the update follows one process's plan (same shuffle, same mini-batches, same denominators);
+  each rank runs its share of every mini-batch and DeepSpeed averages the gradients, so the
+  step's gradient is the one-process gradient up to rounding;
+- rank 0 alone writes the run folder; a checkpoint holds every rank's DeepSpeed shards.
+
+With N = 1 every method here is a no-op, so the single-process path runs the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, TypeVar
+
+import torch
+
+from precision_oat.errors import UserError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # --- the step's batch ---
+
+    def rows(self, n: int) -> slice:
+        """This rank's contiguous share of ``n`` items (n is a multiple of the world size)."""
+        per_rank = n // self.size
+        return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+
+    def share(self, items: Sequence[T]) -> tuple[int, list[T]]:
+        """(index of the first item, the items) of this rank's share of ``items``."""
+        mine = self.rows(len(items))
+        return mine.start, list(items[mine])
+
+    # --- collectives (no-ops on one process) ---
+
+    def gather(self, obj: Any) -> list:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if self.size == 1:
+            return [obj]
+        out = [None] * self.size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def gather_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's rows of ``tensor`` (same shape on every rank), concatenated in rank order."""
+        if self.size == 1:
+            return tensor
+        parts = [torch.empty_like(tensor) for _ in range(self.size)]
+        torch.distributed.all_gather(parts, tensor.contiguous())
+        return torch.cat(parts)
+
+    def reduce(self, values: dict[str, float], op: str = "mean") -> dict[str, float]:
+        """``values`` combined over ranks: "mean", "sum" or "max" (every rank must pass the same keys)."""
+        if self.size == 1 or not values:
+            return dict(values)
+        keys = sorted(values)
+        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+        torch.distributed.all_reduce(tensor, torch.distributed.ReduceOp.MAX if op == "max" else torch.distributed.ReduceOp.SUM)
+        if op == "mean":
+            tensor /= self.size
+        return dict(zip(keys, tensor.tolist()))
+
+    def any(self, flag: bool) -> bool:
+        return bool(self.reduce({"flag": float(flag)}, "max")["flag"])
+
+    def broadcast(self, obj: T) -> T:
+        """Rank 0's ``obj`` on every rank."""
+        if self.size == 1:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            torch.distributed.barrier()
+
+
+SINGLE = World()
+
+
+def world_from_env() -> World:
+    """The world a launcher (``torchrun``) describes in the environment; one process otherwise."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return SINGLE
+    return World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def check_layout(world: World, learner: str, prompts_per_step: int, num_samples: int,
+                 train_batch_size: Optional[int], eval_sets: dict[str, list]) -> None:
+    """Refuse a batch that does not split evenly over the ranks, or a learner that cannot average gradients."""
+    if world.size == 1:
+        return
+    if learner != "deepspeed":
+        raise UserError(f"{world.size} processes: data parallelism needs --learner deepspeed "
+                        "(DeepSpeed averages the gradients over the ranks)")
+    if prompts_per_step % world.size:
+        raise UserError(f"--prompts-per-step {prompts_per_step} does not split over {world.size} processes; "
+                        f"use a multiple of {world.size}")
+    if train_batch_size is not None and train_batch_size % world.size:
+        raise UserError(f"--train-batch-size {train_batch_size} does not split over {world.size} processes; "
+                        f"use a multiple of {world.size}")
+    rollout = prompts_per_step * num_samples
+    if train_batch_size is not None and rollout % train_batch_size:
+        raise UserError(f"--train-batch-size {train_batch_size} must divide the rollout's {rollout} responses "
+                        f"with {world.size} processes (every rank steps together)")
+    for name, examples in eval_sets.items():
+        if len(examples) % world.size:
+            raise UserError(f"evaluation set {name!r} has {len(examples)} questions, not a multiple of "
+                            f"{world.size} processes; set --eval-limit to a multiple of {world.size}")
+
+
+def check_same_config(world: World, config: dict) -> None:
+    """Every rank must run the same configuration: name the flags where rank 0 and another differ."""
+    if world.size == 1:
+        return
+    configs = world.gather(json.dumps(config, sort_keys=True, default=str))
+    mine = json.loads(configs[0])
+    for rank, text in enumerate(configs[1:], start=1):
+        other = json.loads(text)
+        differ = sorted(k for k in set(mine) | set(other) if mine.get(k) != other.get(k))
+        if differ:
+            raise UserError(f"rank {rank} was started with other flags than rank 0 ({', '.join(differ)}); "
+                            "start every rank with the same command")

@@ -1,0 +1,154 @@
+"""Data parallelism: ``torchrun --nproc-per-node 2`` on CPU (gloo) with the DeepSpeed learner means
+the same run as one process, resumes, and fails in one line (or at once) when the setup is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from precision_oat.data_parallel import World, check_layout, check_same_config
+from precision_oat.errors import UserError
+
+COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--learner", "deepspeed", "--zero-stage", "1",
+          "--prompts-per-step", "8", "--num-samples", "4", "--max-new-tokens", "4", "--wandb-mode", "disabled",
+          "--probe-dtypes", "--log-every", "1000"]
+
+
+def launch(*flags, processes: int = 1, wait: bool = True):
+    runner = [sys.executable, "-m", "precision_oat.main"] if processes == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "-m", "precision_oat.main"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if not wait:
+        return subprocess.Popen(runner + list(flags), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(runner + list(flags), env=env, capture_output=True, text=True, timeout=600)
+
+
+def rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "checkpoints" / (folder / "checkpoints" / "latest").read_text().strip() / "model.safetensors")
+
+
+def test_two_processes_end_where_one_does_and_resume(tmp_path, embedded_policy_dir):
+    model = ["--model", str(embedded_policy_dir)]
+    one, two = tmp_path / "one", tmp_path / "two"
+    done = launch(*model, *COMMON, "--steps", "3", "--output-dir", str(one))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Two processes: two steps, then a resumed third.
+    for extra in (["--steps", "2"], ["--steps", "3", "--resume"]):
+        done = launch(*model, *COMMON, *extra, "--output-dir", str(two), processes=2)
+        assert done.returncode == 0, done.stdout + done.stderr
+    a, b = rows(one), rows(two)
+    assert [r["step"] for r in b] == [1, 2, 3]
+    # The same samples (each response draws from the stream of its place in the whole batch) …
+    assert [r["reward/mean"] for r in a] == [r["reward/mean"] for r in b]
+    assert a[0]["mismatch/abs_logp_diff_mean"] == b[0]["mismatch/abs_logp_diff_mean"]
+    # … the same gradients up to fp32 rounding of a sum taken in another order …
+    for x, y in zip(a, b):
+        assert abs(x["train/grad_norm"] - y["train/grad_norm"]) <= 1e-4 * x["train/grad_norm"]
+    assert any(r["train/grad_norm"] > 0 for r in a)
+    # … so the same weights, written once, with both ranks' optimiser shards.
+    wa, wb = weights(one), weights(two)
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-5
+    shards = sorted(p.name for p in (two / "checkpoints" / "step_000003" / "deepspeed").glob("zero_pp_rank_*"))
+    assert len(shards) == 2
+    assert json.loads((two / "summary.json").read_text())["steps"] == 3
+
+
+def test_a_batch_that_does_not_split_is_refused_in_one_line(tmp_path, embedded_policy_dir):
+    flags = [f for f in COMMON]
+    flags[flags.index("--prompts-per-step") + 1] = "3"
+    done = launch("--model", str(embedded_policy_dir), *flags, "--steps", "1", "--output-dir", str(tmp_path / "r"),
+                  processes=2)
+    assert done.returncode != 0
+    assert "error: --prompts-per-step 3 does not split over 2 processes; use a multiple of 2" in done.stdout + done.stderr
+
+
+def test_when_a_rank_dies_the_others_stop(tmp_path, embedded_policy_dir):
+    out = tmp_path / "run"
+    run = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "100000", "--output-dir", str(out),
+                 processes=2, wait=False)
+    try:
+        deadline = time.time() + 300
+        while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text()):
+            assert run.poll() is None and time.time() < deadline, run.stdout.read() if run.poll() is not None else "slow"
+            time.sleep(0.5)
+        os.kill(rank_pid(1), signal.SIGKILL)
+        assert run.wait(timeout=120) != 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def rank_pid(rank: int) -> int:
+    """The pid of the training process with RANK=rank (torchrun's children)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"precision_oat.main" in cmdline and b"torch.distributed.run" not in cmdline and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    raise AssertionError(f"no process with RANK={rank}")
+
+
+def test_layout_checks_name_the_flag():
+    two = World(rank=0, size=2)
+    check_layout(two, "deepspeed", 8, 4, 16, {"eval": list(range(10))})
+    with pytest.raises(UserError, match="needs --learner deepspeed"):
+        check_layout(two, "builtin", 8, 4, None, {})
+    with pytest.raises(UserError, match="--train-batch-size 3 does not split over 2 processes"):
+        check_layout(two, "deepspeed", 8, 4, 3, {})
+    with pytest.raises(UserError, match="--train-batch-size 12 must divide the rollout's 32 responses"):
+        check_layout(two, "deepspeed", 8, 4, 12, {})
+    with pytest.raises(UserError, match="evaluation set 'eval' has 9 questions"):
+        check_layout(two, "deepspeed", 8, 4, None, {"eval": list(range(9))})
+    # One process takes any layout.
+    check_layout(World(), "builtin", 3, 4, 5, {"eval": [1]})
+
+
+def test_shares_cover_the_batch_in_rank_order():
+    items = list(range(12))
+    shares = [World(rank=r, size=3).share(items) for r in range(3)]
+    assert [first for first, _ in shares] == [0, 4, 8]
+    assert [x for _, part in shares for x in part] == items
+
+
+def _compare_configs(rank: int, port: int, failures) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        check_same_config(World(rank=rank, size=2), {"dtype": "bf16", "seed": rank, "steps": 4})
+    except UserError as e:
+        failures.put(str(e))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ranks_started_with_other_flags_are_refused():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    failures = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_compare_configs, args=(port, failures), nprocs=2, start_method="spawn")
+    messages = [failures.get() for _ in range(2)]
+    assert messages == ["rank 1 was started with other flags than rank 0 (seed); start every rank with the same command"] * 2
