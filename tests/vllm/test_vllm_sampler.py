@@ -57,6 +57,17 @@ def test_same_seed_same_samples_and_samples_of_a_batch_differ(engine, recipe):
     assert [c.response_ids for c in other] != [c.response_ids for c in first]
 
 
+def test_a_batch_sampled_in_slices_gives_the_same_responses(engine, recipe):
+    # Data-parallel ranks sample slices of one batch, each placed by ``first_prompt``.
+    sampler = engine("float32")
+    prompts = recipe.make_prompts(4, seed=3)
+    params = SamplingParams(n=2, max_new_tokens=16, seed=9)
+    whole = sampler.generate(prompts, params)
+    head = sampler.generate(prompts[:2], params)
+    tail = sampler.generate(prompts[2:], SamplingParams(n=2, max_new_tokens=16, seed=9, first_prompt=2))
+    assert [c.response_ids for c in head + tail] == [c.response_ids for c in whole]
+
+
 def test_unseeded_requests_vary_between_calls(engine, recipe):
     sampler = engine("float32")
     params = SamplingParams(n=2, max_new_tokens=16)
