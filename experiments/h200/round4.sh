@@ -18,6 +18,11 @@
 # (SmolLM2 as an HF folder at $HF): PHASE=start bash experiments/h200/round4.sh
 # Run state lives in $RUNS (kept while the machine is held); metrics, configs, logs and the lab's
 # outputs are copied to $OUT/round4 at the end of every phase.
+#
+# Memory, measured in round 4: a DeepSpeed learner peaks near 1.5 GB per response of ~700 tokens
+# in a micro-batch (50 GB at MICRO=32), and a vLLM engine takes UTIL x the GPU's memory. For the
+# ten arms at once: MICRO=4 UTIL=0.05 LAB_UTIL=0.08 EAGER=0 (CUDA graphs: sampling was ~1k tok/s
+# per run in eager mode, the bottleneck of every step).
 set -uo pipefail
 HF=${HF:-$HOME/smolhf}
 RUNS=${RUNS:-$HOME/round4}
@@ -31,10 +36,15 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS" "$OUT/round4"
 started=$(date +%s)
 
+MICRO=${MICRO:-32}
+UTIL=${UTIL:-0.12}
+LAB_UTIL=${LAB_UTIL:-0.2}
+EAGER=${EAGER:-1}
+eager=$([ "$EAGER" = 1 ] && echo --vllm-enforce-eager || echo --no-vllm-enforce-eager)
 common=(--model "$HF" --task counting --sampler vllm --learner deepspeed --zero-stage 1 --device cuda
         --prompts-per-step 8 --num-samples 4 --max-new-tokens "$MAXTOK" --temperature 1.0
-        --learning-rate 2e-5 --micro-batch-size 32 --save-every 10 --eval-every 25 --eval-samples 1
-        --vllm-gpu-memory-utilization 0.12 --vllm-enforce-eager --probe-dtypes --wandb-mode disabled
+        --learning-rate 2e-5 --micro-batch-size "$MICRO" --save-every 10 --eval-every 25 --eval-samples 1
+        --vllm-gpu-memory-utilization "$UTIL" "$eager" --probe-dtypes --wandb-mode disabled
         --log-every 10)
 
 arms() {  # name, then the flags that differ
@@ -83,7 +93,7 @@ case "$PHASE" in
     [ -f "$HF/config.json" ] || { echo "no SmolLM2 HF folder at $HF" >&2; exit 1; }
     timeout $((LIMIT - ($(date +%s) - started))) python3 -m precision_oat.mismatch --model "$HF" \
       --prompt-data "$PROMPTS" --prompt-template chat --num-prompts 128 --num-samples 4 --max-new-tokens 512 --sampler vllm --trainer deepspeed \
-      --vllm-gpu-memory-utilization 0.2 --vllm-enforce-eager --dtypes bf16 fp16 fp32 --device cuda --no-plots \
+      --vllm-gpu-memory-utilization "$LAB_UTIL" --micro-batch-size 16 "$eager" --dtypes bf16 fp16 fp32 --device cuda --no-plots \
       --output-dir "$RUNS/lab_vllm_deepspeed" > "$RUNS/lab_vllm_deepspeed.log" 2>&1
     tail -n 8 "$RUNS/lab_vllm_deepspeed.log"
     start_runs 0
