@@ -2,8 +2,7 @@
 
 One frozen :class:`Precision` is built from the command line and passed explicitly to
 the sampler and the learner; nothing reads a dtype from a global. It renders itself into
-what each engine wants (DeepSpeed config section, vLLM ``dtype``, HF ``torch_dtype``,
-autocast dtype, GradScaler settings) and records *why* each dtype was chosen.
+what each engine wants (DeepSpeed config section, vLLM ``dtype``) and records *why* each dtype was chosen.
 
 Sides:
     sampler  the copy of the weights that generates rollouts and reports μ.
@@ -142,35 +141,11 @@ class Precision:
     def master_dtype(self) -> torch.dtype:
         return TORCH_DTYPES[self.master]
 
-    @property
-    def mixed(self) -> bool:
-        """True when the optimiser keeps a master copy wider than the compute weights."""
-        return self.master != self.trainer
-
     # --- renderers ---
 
     def vllm_dtype(self) -> str:
         """The ``dtype=`` argument of ``vllm.LLM``."""
         return VLLM_DTYPES[self.sampler]
-
-    def hf_torch_dtype(self) -> torch.dtype:
-        """``torch_dtype`` to load the trainer's compute weights with."""
-        return self.trainer_dtype
-
-    def autocast_dtype(self) -> Optional[torch.dtype]:
-        """dtype for ``torch.autocast`` on the trainer side, or None for fp32 (no autocast)."""
-        return None if self.trainer == "fp32" else self.trainer_dtype
-
-    def grad_scaler_kwargs(self) -> dict:
-        """Keyword arguments of ``torch.amp.GradScaler`` (no hysteresis there: it backs off at once)."""
-        ls = self.loss_scaling
-        return dict(
-            enabled=ls.mode == "dynamic",
-            init_scale=ls.initial_scale,
-            growth_factor=ls.growth_factor,
-            backoff_factor=ls.backoff_factor,
-            growth_interval=ls.growth_interval,
-        )
 
     def deepspeed_config(self) -> dict:
         """The ``fp16`` / ``bf16`` sections of a DeepSpeed config (empty for fp32)."""

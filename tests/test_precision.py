@@ -20,7 +20,6 @@ def test_dtype_sets_sampler_and_trainer_with_fp32_masters(dtype):
     p = Precision.from_flags(dtype)
     assert (p.sampler, p.trainer, p.master) == (dtype, dtype, "fp32")
     assert (p.sampler_dtype, p.trainer_dtype, p.master_dtype) == (TORCH[dtype], TORCH[dtype], torch.float32)
-    assert p.mixed == (dtype != "fp32")
 
 
 @pytest.mark.parametrize("trainer, mode", [("fp16", "dynamic"), ("bf16", "none"), ("fp32", "none")])
@@ -35,12 +34,12 @@ def test_per_side_overrides_win_over_dtype():
     assert (p.sampler, p.trainer) == ("fp16", "bf16")
     # Loss scaling follows the trainer, not --dtype and not the sampler.
     assert p.loss_scaling.mode == "none"
-    assert p.vllm_dtype() == "float16" and p.hf_torch_dtype() == torch.bfloat16
+    assert p.vllm_dtype() == "float16" and p.trainer_dtype == torch.bfloat16
 
     p = Precision.from_flags("fp32", trainer_dtype="fp16")
     assert (p.sampler, p.trainer) == ("fp32", "fp16")
     assert p.loss_scaling.mode == "dynamic"
-    assert p.vllm_dtype() == "float32" and p.autocast_dtype() == torch.float16
+    assert p.vllm_dtype() == "float32" and p.trainer_dtype == torch.float16
 
 
 def test_precision_args_build_passes_every_flag_through():
@@ -105,23 +104,8 @@ def test_deepspeed_bf16_and_fp32_sections():
 
 
 @pytest.mark.parametrize("dtype, vllm", [("fp16", "float16"), ("bf16", "bfloat16"), ("fp32", "float32")])
-def test_vllm_hf_and_autocast_dtypes(dtype, vllm):
-    p = Precision.from_flags(dtype)
-    assert p.vllm_dtype() == vllm
-    assert p.hf_torch_dtype() == TORCH[dtype]
-    assert p.autocast_dtype() == (None if dtype == "fp32" else TORCH[dtype])
-
-
-def test_grad_scaler_kwargs_enable_only_dynamic_scaling_and_build_a_torch_scaler():
-    p = Precision.from_flags("fp16", initial_scale=2.0**12, growth_interval=400, growth_factor=4.0, backoff_factor=0.25)
-    kwargs = p.grad_scaler_kwargs()
-    assert kwargs == dict(enabled=True, init_scale=4096.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=400)
-    scaler = torch.amp.GradScaler("cpu", **kwargs)
-    assert scaler.is_enabled() and scaler.get_scale() == 4096.0 and scaler.get_growth_interval() == 400
-
-    assert Precision.from_flags("fp16", loss_scaling="static").grad_scaler_kwargs()["enabled"] is False
-    assert Precision.from_flags("bf16").grad_scaler_kwargs()["enabled"] is False
-    assert Precision.from_flags("fp32").grad_scaler_kwargs()["enabled"] is False
+def test_vllm_dtype_names_the_sampler_dtype(dtype, vllm):
+    assert Precision.from_flags(dtype).vllm_dtype() == vllm
 
 
 # --- validation ---
@@ -162,7 +146,7 @@ def test_master_weights_narrower_than_or_incomparable_with_the_trainer_are_refus
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_master_equal_to_trainer_or_fp32_is_accepted(dtype):
-    assert Precision.from_flags(dtype, master_dtype=dtype).mixed is False
+    assert Precision.from_flags(dtype, master_dtype=dtype).master_dtype == TORCH[dtype]
     assert Precision.from_flags(dtype, master_dtype="fp32").master == "fp32"
 
 

@@ -5,17 +5,17 @@
 #      SmolLM2-135M-Instruct on the arithmetic task (max operand 9, 16 new tokens), seed 0;
 #   3. meanwhile the mismatch lab: 128 MATH prompts (chat template) x 1 sample x <= 512 tokens, bf16/fp16/fp32;
 #   4. then, alone on the GPU, benchmarks/step_time.py (fp16 vs bf16).
-# Usage (device machine, repo root, after the GGUF is at $GGUF_DIR): bash experiments/h200/run_all.sh
+# Usage (device machine, repo root, after the GGUF is at $GGUF_DIR; HF and RESULTS set): bash experiments/h200/run_all.sh
 set -uo pipefail
-GGUF_DIR=${GGUF_DIR:-/root/blob}
+GGUF_DIR=${GGUF_DIR:?set GGUF_DIR to the folder holding the GGUF}
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-HF=/root/smolhf
-R=${RESULTS:-/root/results}
+HF=${HF:?set HF to the folder for the fp32 HF model (converted from the GGUF if absent)}
+R=${RESULTS:?set RESULTS to a new folder for the results}
 STEPS=${STEPS:-150}
-mkdir -p "$R"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 
-rm -rf "$HF" "$R"; mkdir -p "$R"
+[ -e "$R" ] && { echo "RESULTS=$R exists; choose a new folder" >&2; exit 1; }
+mkdir -p "$R"
 [ -f "$HF/config.json" ] || python3 experiments/h200/gguf_to_hf.py "$GGUF_DIR" "$GGUF" "$HF" 2>&1 | grep -v "it/s" || exit 1
 
 for lr in 1e-5 5e-5; do for algo in pg grpo; do for dtype in fp16 bf16; do

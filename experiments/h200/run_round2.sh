@@ -4,18 +4,19 @@
 # max operand 9, 16 new tokens, 16 prompts x 8 samples, lr 1e-5, 150 steps):
 #   - temperature 1, seeds 1 and 2: {pg, grpo} x {fp16, bf16} (seed 0 is round 1's);
 #   - temperature 0.3, seed 0: {pg, grpo} x {fp16, bf16} (starts at a reward of ~0.15 instead of ~0.05).
-# Usage (device machine, repo root, the GGUF at $GGUF_DIR): bash experiments/h200/run_round2.sh
+# Usage (device machine, repo root, the GGUF at $GGUF_DIR; HF and RESULTS set): bash experiments/h200/run_round2.sh
 # Results go to $RESULTS/{t1,t03}/rl-<algo>-<dtype>-lr1e-5-seed<seed>/ and $RESULTS/round2.tgz.
 set -uo pipefail
-GGUF_DIR=${GGUF_DIR:-/root/blob}
+GGUF_DIR=${GGUF_DIR:?set GGUF_DIR to the folder holding the GGUF}
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-HF=/root/smolhf
-R=${RESULTS:-/root/results2}
+HF=${HF:?set HF to the folder for the fp32 HF model (converted from the GGUF if absent)}
+R=${RESULTS:?set RESULTS to a new folder for the results}
 STEPS=${STEPS:-150}
 LIMIT=${LIMIT:-400}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 
-rm -rf "$R"; mkdir -p "$R/t1" "$R/t03"
+[ -e "$R" ] && { echo "RESULTS=$R exists; choose a new folder" >&2; exit 1; }
+mkdir -p "$R/t1" "$R/t03"
 [ -f "$HF/config.json" ] || python3 experiments/h200/gguf_to_hf.py "$GGUF_DIR" "$GGUF" "$HF" 2>&1 | grep -v "it/s" || exit 1
 
 run() {  # folder temperature seed algo dtype

@@ -3,20 +3,21 @@
 # with the few-shot prompt (four worked sums, then "a+b="), so the policy starts inside the reward band.
 # {pg, grpo} x {fp16, bf16} x $SEEDS (default 0), all in parallel on the one GPU, lr 1e-5, temperature 1,
 # 16 prompts x 8 samples, 4 new tokens, $STEPS steps (each run is cut at $LIMIT seconds).
-# Usage (device machine, repo root, the GGUF at $GGUF_DIR): bash experiments/h200/run_round3.sh
+# Usage (device machine, repo root, the GGUF at $GGUF_DIR; HF and RESULTS set): bash experiments/h200/run_round3.sh
 # Results go to $RESULTS/rl-<algo>-<dtype>-lr1e-5-seed<seed>/ and $RESULTS/round3.tgz.
 set -uo pipefail
-GGUF_DIR=${GGUF_DIR:-/root/blob}
+GGUF_DIR=${GGUF_DIR:?set GGUF_DIR to the folder holding the GGUF}
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-HF=/root/smolhf
-R=${RESULTS:-/root/results3}
+HF=${HF:?set HF to the folder for the fp32 HF model (converted from the GGUF if absent)}
+R=${RESULTS:?set RESULTS to a new folder for the results}
 STEPS=${STEPS:-150}
 LIMIT=${LIMIT:-250}
 MAX_OPERAND=${MAX_OPERAND:-9}
 SEEDS=${SEEDS:-0}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 
-rm -rf "$R"; mkdir -p "$R"
+[ -e "$R" ] && { echo "RESULTS=$R exists; choose a new folder" >&2; exit 1; }
+mkdir -p "$R"
 [ -f "$HF/config.json" ] || python3 experiments/h200/gguf_to_hf.py "$GGUF_DIR" "$GGUF" "$HF" 2>&1 | grep -v "it/s" || exit 1
 
 for seed in $SEEDS; do for algo in pg grpo; do for dtype in fp16 bf16; do

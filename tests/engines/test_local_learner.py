@@ -1,7 +1,11 @@
-"""The embedded learner: loss scaling, gradient accumulation, and the physical mismatch."""
+"""The embedded learner: every recipe's update, loss scaling, gradient accumulation, and the physical mismatch."""
 
+import math
+
+import pytest
 import torch
 
+from precision_oat.algorithms import RECIPES
 from precision_oat.args import algorithm_spec
 from precision_oat.engines.local.loop import build_learner
 from precision_oat.samplers.builtin import KVCacheSampler
@@ -48,6 +52,18 @@ def test_injected_inf_gradient_skips_the_step_and_shrinks_the_scale():
 
     stats = learner.update(rollout, step=1)
     assert stats["train/skipped_this_step"] == 0.0 and learner.optimizer_steps == 1
+    assert any(not torch.equal(a, b) for a, b in zip(masters, learner.weights.master))
+
+
+@pytest.mark.parametrize("algo", sorted(RECIPES))
+def test_every_recipe_updates_the_weights_in_fp16_with_finite_statistics(algo):
+    model = tiny_model()
+    rollout = rollout_of(model)
+    learner = build(model, dtype="fp16", algo=algo, num_samples=4, learning_rate=1e-2)
+    masters = [m.detach().clone() for m in learner.weights.master]
+    stats = learner.update(rollout, step=0)
+    assert stats["train/skipped_this_step"] == 0.0 and learner.optimizer_steps == 1
+    assert all(math.isfinite(v) for v in stats.values()), stats
     assert any(not torch.equal(a, b) for a, b in zip(masters, learner.weights.master))
 
 

@@ -68,6 +68,19 @@ def test_a_batch_sampled_in_slices_gives_the_same_responses(engine, recipe):
     assert [c.response_ids for c in head + tail] == [c.response_ids for c in whole]
 
 
+def test_identical_prompts_draw_different_samples_at_the_same_sample_index(engine, recipe):
+    # Prompt i's request is seeded s + i·n and vLLM seeds its k-th sample s + i·n + k. With one
+    # seed for every request, sample k of two identical prompts would draw the same noise.
+    sampler = engine("float32")
+    prompt, n = recipe.make_prompts(1, seed=3)[0], 3
+    both = sampler.generate([prompt, prompt], SamplingParams(n=n, max_new_tokens=16, seed=5))
+    for k in range(n):
+        assert both[k].response_ids != both[n + k].response_ids, f"sample {k} of both prompts is one draw"
+    # The second prompt's samples are those of a request seeded 5 + n on its own.
+    alone = sampler.generate([prompt], SamplingParams(n=n, max_new_tokens=16, seed=5 + n))
+    assert [c.response_ids for c in both[n:]] == [c.response_ids for c in alone]
+
+
 def test_unseeded_requests_vary_between_calls(engine, recipe):
     sampler = engine("float32")
     params = SamplingParams(n=2, max_new_tokens=16)

@@ -124,7 +124,10 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
         adam_offload=oat.adam_offload,
         # --- algorithm: our mixins compute advantages and loss; Oat's own terms are off ---
         algo=RLAlgo.PPO,
-        critic_type="drgrpo" if spec.advantage == "drgrpo" else "grpo",
+        # Our mixins compute advantages and loss, so this only decides how Oat's learn() batches the
+        # buffer: a group method keeps each prompt's G samples together ("ppo" would shuffle the
+        # groups apart and load a value model).
+        critic_type="drgrpo",
         beta=0.0,
         kl_penalty_coef=0.0,
         tis_c=None,

@@ -1,0 +1,42 @@
+"""LoRA on the built-in learner: the sampler gets exactly the merged weights W + (α/r)·B·A."""
+
+import json
+
+import torch
+
+from precision_oat.args import algorithm_spec
+from precision_oat.engines.local.loop import build_learner, train
+from tests.conftest import tiny_model
+from tests.engines.helpers import make_args
+from tests.engines.test_local_learner import rollout_of
+
+RANK, ALPHA = 4, 8.0
+
+
+def test_exported_weights_are_base_plus_scaled_adapter_product():
+    base = {n: p.detach().clone() for n, p in tiny_model().named_parameters()}
+    args = make_args(dtype="fp32", algo="grpo", num_samples=4, lora_rank=RANK, lora_alpha=ALPHA, learning_rate=1e-2)
+    learner = build_learner(args, tiny_model(), args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+    learner.update(rollout_of(tiny_model()), step=0)  # B starts at zero: one step makes B·A non-zero
+
+    adapters = {n: p.detach() for n, p in learner.model.named_parameters() if "lora_" in n}
+    exported = dict(learner.export_weights())
+    # Every target projection of both layers is adapted, and only those are exported.
+    assert len(exported) == 2 * 7 and all(n.endswith("proj.weight") for n in exported)
+    for name, merged in exported.items():
+        prefix = "base_model.model." + name.removesuffix(".weight")
+        a, b = adapters[f"{prefix}.lora_A.default.weight"], adapters[f"{prefix}.lora_B.default.weight"]
+        assert b.abs().max() > 0, name
+        expected = base[name] + (ALPHA / RANK) * (b @ a)
+        torch.testing.assert_close(merged, expected, atol=1e-6, rtol=1e-5)
+        assert not torch.equal(merged, base[name])
+
+
+def test_fp32_lora_run_has_no_mismatch_after_the_first_update(tmp_path, embedded_policy_dir):
+    # Step 2 samples with the weights the learner pushed after step 1: if the sampler missed the
+    # merged adapters, its μ would come from the step-0 weights and differ from the trainer's π_old.
+    train(make_args(model=str(embedded_policy_dir), algo="grpo", dtype="fp32", lora_rank=RANK, lora_alpha=ALPHA,
+                    learning_rate=1e-2, output_dir=str(tmp_path)))
+    first, second = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert first["train/optimizer_steps"] == 1 and first["train/grad_norm"] > 0
+    assert second["mismatch/abs_logp_diff_mean"] < 1e-5, second["mismatch/abs_logp_diff_mean"]
