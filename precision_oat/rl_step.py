@@ -61,8 +61,9 @@ class RLStep(PolicyLoss):
 
     # --- engine hooks ---
 
-    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """log π_θ of every next token, [B, L-1] in fp32, carrying the gradient."""
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None) -> torch.Tensor:
+        """log π_θ of every next token, [B, L-1] in fp32, carrying the gradient; renormalised over the
+        sampler's top-p kept sets when given a :class:`~precision_oat.truncation.Truncation`."""
         raise NotImplementedError
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
@@ -90,7 +91,8 @@ class RLStep(PolicyLoss):
         """log π_old of the whole rollout, [B, L-1], in micro-batches, no gradient."""
         self.set_train(False)
         try:
-            return score(self.forward_logprobs, rollout.input_ids, rollout.attention_mask, self.settings.micro_batch_size)
+            return score(self.forward_logprobs, rollout.input_ids, rollout.attention_mask, self.settings.micro_batch_size,
+                         rollout.truncation)
         finally:
             self.set_train(True)
 

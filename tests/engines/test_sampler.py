@@ -34,8 +34,9 @@ def test_sample_next_reports_logprob_of_the_distribution_sampled_from():
     # T = 0.5 doubles the logits; top-p 0.9: sorted probs of [4,2,0,-2] are
     # 0.8668, 0.1173, 0.0159, 0.0021 → mass before token 2 is 0.984 ≥ 0.9, so tokens 2, 3 drop.
     for _ in range(20):
-        token, logp = sample_next(logits, 0.5, 0.9, gen)
+        token, logp, keep = sample_next(logits, 0.5, 0.9, gen)
         kept = torch.tensor([4.0, 2.0]).log_softmax(-1)
+        assert keep.tolist() == [[True, True, False, False]]
         assert token.item() in (0, 1)
         assert math.isclose(logp.item(), kept[token.item()].item(), rel_tol=1e-6)
 
