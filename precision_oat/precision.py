@@ -174,6 +174,11 @@ class Precision:
         return {"sampler": self.sampler, "trainer_compute": self.trainer, "master_weights": self.master,
                 "weight_sync": sync, "lm_head": head}
 
+    def describe_contract(self) -> str:
+        """:meth:`contract` on one line, as the start banner prints it."""
+        labels = {"trainer_compute": "trainer compute", "master_weights": "master weights", "weight_sync": "weight sync"}
+        return " · ".join(f"{labels.get(k, k)} {v}" for k, v in self.contract().items())
+
     @property
     def mixed(self) -> bool:
         """True when the optimiser keeps a master copy wider than the compute weights."""

@@ -66,7 +66,7 @@ def train(args: Args) -> dict:
     print(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
           f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
           f"device {device}\nprecision policy:\n{precision.describe()}\nprecision contract: "
-          + " · ".join(f"{k.replace('_', ' ')} {v}" for k, v in precision.contract().items()), flush=True)
+          f"{precision.describe_contract()}", flush=True)
 
     torch.manual_seed(args.train.seed)
     random.seed(args.train.seed)
