@@ -22,8 +22,7 @@ from precision_oat.algorithms import RECIPES
 from precision_oat.algorithms.registry import valid_names
 from precision_oat.checks import Checked, reject
 from precision_oat.errors import UserError
-from precision_oat.mismatch.preflight import RUN_MARGIN
-from precision_oat.precision import DType, LmHeadDType, LossScalingMode, Precision
+from precision_oat.precision import RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScalingMode, Precision
 from precision_oat.tasks.arithmetic import ARITHMETIC_TEMPLATES
 from precision_oat.tasks.base import DEFAULT_GRADING_TIMEOUT_S
 from precision_oat.templates import TEMPLATE_NAMES
@@ -107,7 +106,7 @@ class PrecisionArgs(Checked):
     # Local engine: train in fp16 even when the automatic fp16 preflight finds too little headroom.
     skip_fp16_preflight: bool = False
     # Local engine: the fp16 preflight refuses a run whose activation headroom (65504 / max|x|) is below this.
-    fp16_preflight_margin: float = RUN_MARGIN
+    fp16_preflight_margin: float = RUN_PREFLIGHT_MARGIN
 
     def check(self) -> None:
         super().check()

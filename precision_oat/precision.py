@@ -25,6 +25,12 @@ from precision_oat.errors import UserError
 DType = Literal["fp16", "bf16", "fp32"]
 LossScalingMode = Literal["dynamic", "static", "none"]
 LmHeadDType = Literal["same", "fp32"]
+# The margin of the automatic fp16 preflight before a training run (--fp16-preflight-margin). Less
+# conservative than the standalone preflight's 8x: on an H200, SmolLM2-135M-Instruct had 2.6x
+# headroom and trained in fp16 without one skipped step, which 8x would have refused. 2x still
+# refuses what one doubling of the largest activation seen (a longer response, a few updates)
+# would overflow.
+RUN_PREFLIGHT_MARGIN = 2.0
 # The HF name of the output projection's weight (untied models); the only weight a fp32 head moves.
 LM_HEAD_WEIGHT = "lm_head.weight"
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from precision_oat.engines.local.loop import train
 from precision_oat.lm_head import use_fp32_head
@@ -95,8 +95,6 @@ def test_bf16_run_with_an_fp32_head_trains_and_syncs_an_fp32_head(tmp_path, embe
     model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
     folder = tmp_path / "untied"
     model.save_pretrained(folder)
-    from transformers import AutoTokenizer
-
     AutoTokenizer.from_pretrained(embedded_policy_dir).save_pretrained(folder)
     train(make_args(model=str(folder), dtype="bf16", lm_head_dtype="fp32", steps=2, learning_rate=1e-2,
                     output_dir=str(tmp_path / "run")))

@@ -50,11 +50,6 @@ FP16_SMALLEST_NORMAL = 2.0**-14
 # The flag of the training command that skips the preflight; named in check()'s message.
 OVERRIDE_FLAG = "--skip-fp16-preflight"
 DEFAULT_MARGIN = 8.0
-# The margin of the automatic check before a training run (--fp16-preflight-margin). Less
-# conservative than the standalone 8x: on an H200, SmolLM2-135M-Instruct had 2.6x headroom and
-# trained in fp16 without one skipped step, which 8x would have refused. 2x still refuses what
-# one doubling of the largest activation seen (a longer response, a few updates) would overflow.
-RUN_MARGIN = 2.0
 # The automatic check runs on at most this many of the run's first prompts, this many per forward.
 RUN_PROMPTS = 32
 RUN_MICRO_BATCH = 8
