@@ -34,7 +34,7 @@ class PrecisionActor:
         self.stop_ids = stop_token_ids(tokenizer)
 
     def encode(self, example: Example) -> list[int]:
-        return self.tokenizer(self.task.render(example), add_special_tokens=False).input_ids
+        return encode_prompt(self.task, self.tokenizer, example)
 
     def sample(self, examples: Sequence[Example], params: SamplingParams) -> tuple[list[Completion], list[str]]:
         completions = self.sampler.generate([self.encode(e) for e in examples], params)
@@ -44,8 +44,9 @@ class PrecisionActor:
     def params(self, step: int) -> SamplingParams:
         """The rollout sampling of ``step`` (its own seed, so a resumed run draws the same)."""
         r = self.settings
+        # With top-p the sampler reports what it kept, and the trainer scores under the same truncation.
         return SamplingParams(r.num_samples, r.temperature, r.top_p, r.max_new_tokens, self.stop_ids,
-                              derive_seed(self.seed, ROLLOUT, step))
+                              derive_seed(self.seed, ROLLOUT, step), kept_sets=r.top_p < 1)
 
     def experience(self, examples: Sequence[Example], step: int):
         """G samples of each example, scored by the task: (completions, texts, rewards, statistics)."""
@@ -84,6 +85,11 @@ class PrecisionActor:
             samples = [x for part in self.world.gather(samples) for x in part]
             results[name] = [samples[i : i + params.n] for i in range(0, len(samples), params.n)]
         return summarize(results) if results else {}
+
+
+def encode_prompt(task: Task, tokenizer, example: Example) -> list[int]:
+    """The token ids of ``example``'s prompt as the task renders it."""
+    return tokenizer(task.render(example), add_special_tokens=False).input_ids
 
 
 def check_prompt_lengths(lengths: Sequence[int], limit: int) -> None:

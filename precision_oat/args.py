@@ -22,7 +22,7 @@ from precision_oat.algorithms import RECIPES
 from precision_oat.algorithms.registry import valid_names
 from precision_oat.checks import Checked, reject
 from precision_oat.errors import UserError
-from precision_oat.precision import DType, LossScalingMode, Precision
+from precision_oat.precision import RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScalingMode, Precision
 from precision_oat.tasks.arithmetic import ARITHMETIC_TEMPLATES
 from precision_oat.tasks.base import DEFAULT_GRADING_TIMEOUT_S
 from precision_oat.templates import TEMPLATE_NAMES
@@ -101,6 +101,12 @@ class PrecisionArgs(Checked):
     min_loss_scale: float = 1.0
     # Train in fp16 without loss scaling anyway (gradients may underflow).
     allow_unscaled_fp16: bool = False
+    # Final projection and logits: in each side's dtype ("same") or in fp32 on sampler and trainer.
+    lm_head_dtype: LmHeadDType = "same"
+    # Local engine: train in fp16 even when the automatic fp16 preflight finds too little headroom.
+    skip_fp16_preflight: bool = False
+    # Local engine: the fp16 preflight refuses a run whose activation headroom (65504 / max|x|) is below this.
+    fp16_preflight_margin: float = RUN_PREFLIGHT_MARGIN
 
     def check(self) -> None:
         super().check()
@@ -113,6 +119,7 @@ class PrecisionArgs(Checked):
         checks.number(self, "loss_scale_growth_factor", gt=1, why="the scale must grow after a clean interval")
         checks.number(self, "loss_scale_backoff_factor", gt=0, lt=1, why="the scale must shrink on overflow")
         checks.integer(self, "loss_scale_hysteresis", 1, why="overflows tolerated before the scale shrinks")
+        checks.number(self, "fp16_preflight_margin", gt=0, why="the factor below 65504 an activation must stay under")
         self.build()  # the dtype combinations (master vs trainer, fp16 without scaling)
 
     def build(self) -> Precision:
@@ -129,6 +136,7 @@ class PrecisionArgs(Checked):
             backoff_factor=self.loss_scale_backoff_factor,
             hysteresis=self.loss_scale_hysteresis,
             min_scale=self.min_loss_scale,
+            lm_head_dtype=self.lm_head_dtype,
         )
 
 
@@ -447,6 +455,7 @@ class Args(Checked):
             raise UserError("--resume needs --output-dir, the folder of the run to continue")
         if self.backend == "oat":
             self.precision.build().deepspeed_config()  # what DeepSpeed's scaler and master weights cannot do
+        _check_sampler_precision(self)
         if self.task.task == "arithmetic":
             for name, value in (("prompt_data", self.task.prompt_data), ("eval_data", self.eval.eval_data),
                                 ("eval_benchmarks", self.eval.eval_benchmarks)):
@@ -455,6 +464,24 @@ class Args(Checked):
                         f"{checks.flag(name)} applies to --task math; the arithmetic task makes its own prompts "
                         f"and benchmark (add --task math or drop {checks.flag(name)} {checks.shown(value)})"
                     )
+
+
+def _check_sampler_precision(args: Args) -> None:
+    """Top-p and an fp32 lm_head need both sides to agree, which only the built-in sampler and learner can."""
+    vllm = args.backend == "oat" or args.rollout.sampler == "vllm"
+    where = "--backend oat" if args.backend == "oat" else "--sampler vllm"
+    if vllm and args.rollout.top_p < 1:
+        reject("top_p", args.rollout.top_p,
+               f"with {where} the trainer cannot score under vLLM's top-p truncation (vLLM does not report the "
+               "tokens it kept), so every ratio would be biased; use --top-p 1 or --sampler builtin "
+               "(--eval-top-p stays free)")
+    if args.precision.lm_head_dtype == "fp32":
+        if vllm:
+            reject("lm_head_dtype", "fp32", f"vLLM computes a generating model's lm_head in the model dtype, so "
+                   f"{where} cannot match an fp32 head; use --lm-head-dtype same or --sampler builtin")
+        if args.train.learner == "deepspeed":
+            reject("lm_head_dtype", "fp32", "DeepSpeed casts every weight to the trainer dtype; use "
+                   "--lm-head-dtype same or --learner builtin")
 
 
 def _check_advantage(spec, num_samples: int) -> None:

@@ -8,6 +8,7 @@ Sides:
     sampler  the copy of the weights that generates rollouts and reports μ.
     trainer  the dtype the learner's forward/backward runs in (π_old, π_θ).
     master   the dtype of the weights the optimiser updates (fp32 in mixed precision).
+    lm_head  the final projection: in the side's own dtype ("same") or in fp32 on both sides.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from precision_oat.errors import UserError
 
 DType = Literal["fp16", "bf16", "fp32"]
 LossScalingMode = Literal["dynamic", "static", "none"]
+LmHeadDType = Literal["same", "fp32"]
+# The margin of the automatic fp16 preflight before a training run (--fp16-preflight-margin). Less
+# conservative than the standalone preflight's 8x: on an H200, SmolLM2-135M-Instruct had 2.6x
+# headroom and trained in fp16 without one skipped step, which 8x would have refused. 2x still
+# refuses what one doubling of the largest activation seen (a longer response, a few updates)
+# would overflow.
+RUN_PREFLIGHT_MARGIN = 2.0
+# The HF name of the output projection's weight (untied models); the only weight a fp32 head moves.
+LM_HEAD_WEIGHT = "lm_head.weight"
 
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 VLLM_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -65,8 +75,12 @@ class Precision:
     loss_scaling: LossScaling = LossScaling("dynamic")
     # Why each side got its dtype, in words; logged at start-up.
     reasons: tuple[str, ...] = ()
+    # "fp32": sampler and trainer compute the lm_head projection and the logits in fp32.
+    lm_head: LmHeadDType = "same"
 
     def __post_init__(self):
+        if self.lm_head not in ("same", "fp32"):
+            raise PrecisionError(f"--lm-head-dtype {self.lm_head}: must be one of same, fp32")
         for side in ("sampler", "trainer", "master"):
             if getattr(self, side) not in TORCH_DTYPES:
                 raise PrecisionError(f"--{side}-dtype {getattr(self, side)}: must be one of fp16, bf16, fp32")
@@ -95,6 +109,7 @@ class Precision:
         master_dtype: DType = "fp32",
         loss_scaling: Optional[LossScalingMode] = None,
         allow_unscaled_fp16: bool = False,
+        lm_head_dtype: LmHeadDType = "same",
         **scaler: float,
     ) -> "Precision":
         """Resolve ``--dtype`` and its per-side overrides into a validated policy.
@@ -125,7 +140,9 @@ class Precision:
                 "--loss-scaling none: fp16 training without loss scaling underflows small gradients to zero and "
                 "overflows large ones; use --loss-scaling dynamic (the default for fp16) or pass --allow-unscaled-fp16"
             )
-        return cls(sampler, trainer, master_dtype, LossScaling(loss_scaling, **scaler), tuple(reasons))
+        if lm_head_dtype == "fp32":
+            reasons.append("lm_head fp32: --lm-head-dtype fp32, the final projection and the logits in fp32 on both sides")
+        return cls(sampler, trainer, master_dtype, LossScaling(loss_scaling, **scaler), tuple(reasons), lm_head_dtype)
 
     # --- dtypes ---
 
@@ -140,6 +157,32 @@ class Precision:
     @property
     def master_dtype(self) -> torch.dtype:
         return TORCH_DTYPES[self.master]
+
+    @property
+    def fp32_head(self) -> bool:
+        return self.lm_head == "fp32"
+
+    @property
+    def uses_fp16(self) -> bool:
+        """True when the sampler or the trainer computes in fp16 (what the fp16 preflight guards)."""
+        return "fp16" in (self.sampler, self.trainer)
+
+    def sync_dtype(self, name: str) -> torch.dtype:
+        """The dtype the weight ``name`` is cast to when pushed into the sampler."""
+        return torch.float32 if self.fp32_head and name == LM_HEAD_WEIGHT else self.sampler_dtype
+
+    def contract(self) -> dict[str, str]:
+        """What each part computes or is stored in: recorded in config.json and printed at start-up."""
+        head = "fp32" if self.fp32_head else (self.sampler if self.sampler == self.trainer
+                                              else f"{self.sampler} (sampler) / {self.trainer} (trainer)")
+        sync = self.sampler + (f" ({LM_HEAD_WEIGHT} fp32)" if self.fp32_head else "")
+        return {"sampler": self.sampler, "trainer_compute": self.trainer, "master_weights": self.master,
+                "weight_sync": sync, "lm_head": head}
+
+    def describe_contract(self) -> str:
+        """:meth:`contract` on one line, as the start banner prints it."""
+        labels = {"trainer_compute": "trainer compute", "master_weights": "master weights", "weight_sync": "weight sync"}
+        return " · ".join(f"{labels.get(k, k)} {v}" for k, v in self.contract().items())
 
     # --- renderers ---
 

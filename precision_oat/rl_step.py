@@ -64,8 +64,9 @@ class RLStep(PolicyLoss):
 
     # --- engine hooks ---
 
-    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """log π_θ of every next token, [B, L-1] in fp32, carrying the gradient."""
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None) -> torch.Tensor:
+        """log π_θ of every next token, [B, L-1] in fp32, carrying the gradient; renormalised over the
+        sampler's top-p kept sets when given a :class:`~precision_oat.truncation.Truncation`."""
         raise NotImplementedError
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
@@ -92,11 +93,12 @@ class RLStep(PolicyLoss):
     def score(self, rollout: Rollout) -> torch.Tensor:
         """log π_old of the whole rollout, [B, L-1], in micro-batches, no gradient."""
         world = self.settings.world
-        rows = world.rows(rollout.num_sequences)
+        rows = torch.arange(rollout.num_sequences, device=rollout.input_ids.device)[world.rows(rollout.num_sequences)]
+        truncation = None if rollout.truncation is None else rollout.truncation.select(rows, rollout.input_ids.shape[1] - 1)
         self.set_train(False)
         try:
             mine = score(self.forward_logprobs, rollout.input_ids[rows], rollout.attention_mask[rows],
-                         self.settings.micro_batch_size)
+                         self.settings.micro_batch_size, truncation)
         finally:
             self.set_train(True)
         return world.gather_rows(mine)

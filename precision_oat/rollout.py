@@ -7,11 +7,12 @@ are aligned with the *predicted* token: column t holds quantities of token t + 1
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from precision_oat.sampling import Completion
+from precision_oat.truncation import Truncation
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Rollout:
     sampler_logprobs: torch.Tensor  # [B, L-1] log μ at response positions, 0 elsewhere
     rewards: torch.Tensor  # [B]
     group_size: int  # G: rows [i*G, (i+1)*G) answer the same prompt
+    truncation: Optional[Truncation] = None  # the sampler's top-p kept sets, when it sampled with top-p < 1
 
     @property
     def num_sequences(self) -> int:
@@ -37,12 +39,14 @@ class Rollout:
                 value = value[index][:, : width if value.shape[1] == self.input_ids.shape[1] else width - 1]
             elif isinstance(value, torch.Tensor):
                 value = value[index]
+            elif isinstance(value, Truncation):
+                value = value.select(index, width - 1)
             out[f.name] = value
         return Rollout(**out)
 
     def to(self, device) -> "Rollout":
-        return Rollout(**{f.name: (v.to(device) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
-                          for f in fields(self)})
+        return Rollout(**{f.name: (v.to(device) if isinstance(v := getattr(self, f.name), (torch.Tensor, Truncation))
+                                   else v) for f in fields(self)})
 
 
 def collate(completions: Sequence[Completion], rewards: Sequence[float], group_size: int, pad_token_id: int) -> Rollout:
@@ -59,4 +63,5 @@ def collate(completions: Sequence[Completion], rewards: Sequence[float], group_s
         start, end = len(c.prompt_ids) - 1, len(row) - 1
         response[i, start:end] = 1.0
         sampler_logprobs[i, start:end] = torch.tensor(c.logprobs, dtype=torch.float32)
-    return Rollout(input_ids, attention, response, sampler_logprobs, torch.tensor(rewards, dtype=torch.float32), group_size)
+    return Rollout(input_ids, attention, response, sampler_logprobs, torch.tensor(rewards, dtype=torch.float32), group_size,
+                   Truncation.from_completions(completions, width))

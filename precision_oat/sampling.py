@@ -3,7 +3,8 @@
 A sampler owns its own copy of the policy weights in the sampler dtype. The learner
 pushes new weights with :meth:`Sampler.load_weights` after every update; the sampler
 casts them itself. The log-probabilities it returns are those of the distribution it
-actually sampled from (after temperature and top-p), in its own precision: that is μ.
+actually sampled from (after temperature and top-p, renormalised over the tokens top-p kept), in
+its own precision: that is μ.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class SamplingParams:
     seed: Optional[int] = None
     # Where these prompts start in the step's whole batch (a data-parallel rank samples a slice).
     first_prompt: int = 0
+    # Return each token's top-p kept set (Completion.kept_ids), so the trainer can score under the
+    # same truncated distribution; only samplers that can report it honour this.
+    kept_sets: bool = False
 
 
 @dataclass
@@ -41,6 +45,9 @@ class Completion:
     logprobs: list[float]
     # True when the response ended on a stop token, False when it hit max_new_tokens.
     finished: bool
+    # Per response token, the ids top-p kept when it was drawn (only with SamplingParams.kept_sets
+    # and top_p < 1); its log μ above is renormalised over exactly these.
+    kept_ids: Optional[list[list[int]]] = None
 
 
 class Sampler(Protocol):

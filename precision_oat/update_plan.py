@@ -18,6 +18,7 @@ from precision_oat.algorithms import PolicyBatch
 from precision_oat.data_parallel import SINGLE, World
 from precision_oat.microbatch import chunks
 from precision_oat.rollout import Rollout
+from precision_oat.scoring import call_forward
 
 
 @dataclass
@@ -51,7 +52,7 @@ def policy_batch(rollout: Rollout, old_logprobs: torch.Tensor, advantages: torch
     part = rollout.select(micro)
     width = part.input_ids.shape[1] - 1
     return PolicyBatch(
-        logprobs=forward_logprobs(part.input_ids, part.attention_mask),
+        logprobs=call_forward(forward_logprobs, part.input_ids, part.attention_mask, part.truncation),
         old_logprobs=old_logprobs[micro, :width],
         sampler_logprobs=part.sampler_logprobs,
         advantages=advantages[micro],

@@ -84,6 +84,12 @@ BAD_INPUTS: list[Bad] = [
     bad("--dtype", "fp16", "--loss-scaling", "none", flag="--loss-scaling"),
     bad("--dtype", "fp16", "--master-dtype", "bf16", flag="--master-dtype"),
     bad("--backend", "oat", "--initial-loss-scale", "1000", flag="--initial-loss-scale"),  # DeepSpeed: powers of two
+    bad("--fp16-preflight-margin", "0"),
+    bad(flag="--lm-head-dtype", preset="lm_head_dtype: fp16\n"),
+    bad("--lm-head-dtype", "fp32", "--sampler", "vllm", flag="--lm-head-dtype", cli=True),  # vLLM: head in model dtype
+    bad("--lm-head-dtype", "fp32", "--learner", "deepspeed", flag="--lm-head-dtype"),
+    bad("--top-p", "0.9", "--sampler", "vllm", flag="--top-p"),  # vLLM does not report its kept set
+    bad("--top-p", "0.9", "--backend", "oat", flag="--top-p"),
     # --- algorithm ---
     bad("--is-cap", "0"),
     bad("--clip-low", "1"),

@@ -12,6 +12,10 @@ micro-batch size, and by the update path (a forward with the gradient enabled, i
 mode), against the no-grad scoring. In exact arithmetic both gaps are 0; what they are in d is
 the floor that batch layout and kernel choice alone put under every sampler-vs-trainer number.
 
+An arm ``<dtype>+fp32head`` (``bf16+fp32head``, ``fp16+fp32head``) runs both sides in the dtype
+with the final projection and the logits in fp32 (``--lm-head-dtype fp32``), so the lab measures
+bf16, bf16 with an fp32 head, fp16 and fp32 side by side.
+
 Outputs: ``OUTPUT_DIR/mismatch.json`` and the two figures of the paper's Fig. 5 (token
 probabilities μ vs π; sequence log-ratio ρ = Σ_t Δ_t against response length).
 """
@@ -30,11 +34,14 @@ import numpy as np
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.precision import DType
+from precision_oat.lm_head import use_fp32_head
 from precision_oat.scoring import score, token_logprobs, trim
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).
 RATIO_KEYS = ("abs_logp_diff_mean", "seq_logratio_std", "k3", "seq_kl")
+# What the lab can measure: a dtype for both sides, or that dtype with an fp32 lm_head and fp32 logits.
+FP32_HEAD = "+fp32head"
+LabArm = Literal["bf16", "fp16", "fp32", "bf16+fp32head", "fp16+fp32head"]
 
 
 @dataclass
@@ -81,8 +88,8 @@ class LabArgs(PairSettings):
     prompt_template: str = "no"
     # Largest operand of the arithmetic prompts (when --prompt-data is not given).
     max_operand: int = 49
-    # Dtypes to measure; the sampler and the trainer both compute in each.
-    dtypes: tuple[DType, ...] = ("bf16", "fp16", "fp32")
+    # Dtypes to measure; the sampler and the trainer both compute in each ("+fp32head": lm_head and logits in fp32).
+    dtypes: tuple[LabArm, ...] = ("bf16", "fp16", "fp32")
     # Prompts to sample from.
     num_prompts: int = 32
     # "auto" picks CUDA when available.
@@ -113,18 +120,25 @@ def lab_prompts(args: LabArgs, tokenizer) -> list[str]:
     return [apply_template(args.prompt_template, ex.question, tokenizer) for ex in examples]
 
 
-def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype: DType, device: torch.device,
+def arm_precision(arm: str):
+    """The :class:`~precision_oat.precision.Precision` of a lab arm such as ``bf16`` or ``bf16+fp32head``."""
+    from precision_oat.precision import Precision
+
+    dtype = arm.removesuffix(FP32_HEAD)
+    return Precision.from_flags(dtype, lm_head_dtype="fp32" if arm.endswith(FP32_HEAD) else "same")
+
+
+def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype: str, device: torch.device,
                  log=print, folder: Optional[Path] = None):
-    """Sample in ``dtype``, rescore in ``dtype``; return (metrics, histograms)."""
+    """Sample in ``dtype`` (a lab arm), rescore in ``dtype``; return (metrics, histograms)."""
     from precision_oat.args import RolloutArgs
     from precision_oat.mismatch import mismatch_breakdown, mismatch_histograms, mismatch_metrics
-    from precision_oat.precision import Precision
     from precision_oat.rollout import collate
     from precision_oat.samplers import build_sampler
     from precision_oat.sampling import SamplingParams, stop_token_ids
 
     tokenizer = policy.tokenizer
-    precision = Precision.from_flags(dtype)
+    precision = arm_precision(dtype)
     params = SamplingParams(pair.num_samples, pair.temperature, 1.0, pair.max_new_tokens, stop_token_ids(tokenizer),
                             pair.seed)
     rollout_args = RolloutArgs(sampler=pair.sampler, max_new_tokens=pair.max_new_tokens,
@@ -184,7 +198,8 @@ def build_trainer(kind: str, model, precision, device: torch.device, micro_batch
         from precision_oat.deepspeed_engine import inference_engine
 
         return inference_engine(copy_, precision, device, micro_batch_size)
-    return copy_.to(device=device, dtype=precision.trainer_dtype).eval()
+    copy_ = copy_.to(device=device, dtype=precision.trainer_dtype).eval()
+    return use_fp32_head(copy_) if precision.fp32_head else copy_
 
 
 def trainer_self_gaps(forward, trainer, input_ids, attention_mask, reference, mask, pair: PairSettings) -> dict:
@@ -214,7 +229,10 @@ def run_lab(args: LabArgs, log=print) -> dict:
     from precision_oat.models import load_policy, resolve_device
 
     if not args.dtypes:
-        raise UserError("--dtypes: give at least one of bf16, fp16, fp32")
+        raise UserError("--dtypes: give at least one of bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
+    if any(d.endswith(FP32_HEAD) for d in args.dtypes) and (args.sampler, args.trainer) != ("builtin", "hf"):
+        raise UserError(f"--dtypes {' '.join(args.dtypes)}: an fp32 lm_head needs --sampler builtin --trainer hf "
+                        "(vLLM computes a generating model's head in the model dtype, DeepSpeed casts every weight)")
     device = resolve_device(args.device)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

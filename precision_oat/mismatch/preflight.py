@@ -18,6 +18,7 @@ an inf that already overflowed), and reports:
 the fp16 forward is not finite. ``python -m precision_oat.mismatch.preflight`` runs all of
 it on a model and prompts given as the mismatch lab takes them, prints the table and
 writes ``OUTPUT_DIR/preflight.json`` (keys in docs/metrics.md, "fp16 preflight").
+:func:`before_fp16_run` is the same check run by the local engine before an fp16 run.
 
 Departures from a real fp16 step, on purpose: the gradients are fp32 gradients scaled and
 rounded once, whereas an fp16 backward also rounds every intermediate gradient; positions
@@ -34,18 +35,24 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.precision import PrecisionError
+from precision_oat.precision import Precision, PrecisionError
+
+if TYPE_CHECKING:
+    from precision_oat.args import PrecisionArgs
 
 FP16_MAX = 65504.0
 FP16_SMALLEST_NORMAL = 2.0**-14
 # The flag of the training command that skips the preflight; named in check()'s message.
 OVERRIDE_FLAG = "--skip-fp16-preflight"
 DEFAULT_MARGIN = 8.0
+# The automatic check runs on at most this many of the run's first prompts, this many per forward.
+RUN_PROMPTS = 32
+RUN_MICRO_BATCH = 8
 LOGITS = "logits"
 # Rows of the printed table: modules with the smallest headroom, and parameters with the most underflow.
 TABLE_MODULES = 10
@@ -95,10 +102,10 @@ def run_preflight(model, prompt_ids: list[list[int]], *, initial_loss_scale: flo
     }
 
 
-def check(report: dict, margin: float = DEFAULT_MARGIN) -> None:
+def check(report: dict, margin: float = DEFAULT_MARGIN, margin_flag: str = "--margin") -> None:
     """Raise :class:`PrecisionError` when fp16 has less than ``margin``x headroom, or its forward is not finite."""
     if not margin > 0:
-        raise UserError(f"--margin {margin}: must be a positive factor, e.g. {DEFAULT_MARGIN:g}")
+        raise UserError(f"{margin_flag} {margin}: must be a positive factor, e.g. {DEFAULT_MARGIN:g}")
     fixes = f"use --dtype bf16, or pass {OVERRIDE_FLAG} to train in fp16 anyway"
     worst = report["min_headroom"]
     headroom = worst["headroom"]
@@ -108,7 +115,7 @@ def check(report: dict, margin: float = DEFAULT_MARGIN) -> None:
         origin = "" if first["name"] == worst["name"] else f"; the first module past the margin is {first['name']}"
         raise PrecisionError(
             f"fp16 preflight: {worst['name']} reaches max |activation| {_fmt_abs(worst['max_abs'])}: headroom "
-            f"{FP16_MAX:.0f}/max|x| = {headroom:.3g}x is below the {margin:g}x margin{origin}; {fixes}"
+            f"{FP16_MAX:.0f}/max|x| = {headroom:.3g}x is below the {margin:g}x margin ({margin_flag}){origin}; {fixes}"
         )
     forward = report["fp16_forward"]
     if not forward["finite"]:
@@ -116,6 +123,39 @@ def check(report: dict, margin: float = DEFAULT_MARGIN) -> None:
             f"fp16 preflight: the forward in fp16 produces inf/nan, first in {forward['first_nonfinite']}, "
             f"although every fp32 activation has at least {_fmt_headroom(headroom)} headroom; {fixes}"
         )
+
+
+def before_fp16_run(model, prompt_ids: list[list[int]], precision: Precision, flags: "PrecisionArgs", folder: Path,
+                    device, log=print) -> Optional[dict]:
+    """The automatic preflight of a training run that computes in fp16 on either side.
+
+    Runs on ``prompt_ids`` (the run's first prompts, at most :data:`RUN_PROMPTS`), writes
+    ``folder/preflight.json`` and ``folder/preflight.txt`` (the table), prints a one-line
+    verdict, and raises :class:`PrecisionError` (one line) when :func:`check` fails at
+    ``--fp16-preflight-margin``. Returns the report; None when nothing runs in fp16 or
+    ``--skip-fp16-preflight`` is given.
+    """
+    if not precision.uses_fp16:
+        return None
+    if flags.skip_fp16_preflight:
+        log(f"fp16 preflight: skipped ({OVERRIDE_FLAG})")
+        return None
+    scale = precision.loss_scaling.initial_scale if precision.loss_scaling.enabled else 1.0
+    report = run_preflight(model, prompt_ids[:RUN_PROMPTS], initial_loss_scale=scale, device=device,
+                           micro_batch_size=RUN_MICRO_BATCH)
+    folder = Path(folder)
+    (folder / "preflight.json").write_text(json.dumps(report, indent=2, allow_nan=False))
+    (folder / "preflight.txt").write_text(format_report(report) + "\n")
+    try:
+        check(report, flags.fp16_preflight_margin, margin_flag="--fp16-preflight-margin")
+    except PrecisionError as e:
+        raise PrecisionError(f"{e} (table: {folder / 'preflight.txt'})") from None
+    worst, g = report["min_headroom"], report["gradients"]
+    log(f"fp16 preflight: ok · least headroom {_fmt_headroom(worst['headroom'])} ({worst['name']}) ≥ "
+        f"{flags.fp16_preflight_margin:g}x margin · fp16 forward finite · "
+        f"{100 * g['flush_to_zero_share']:.2f}% of gradients round to zero at loss scale {scale:g} · "
+        f"{folder / 'preflight.txt'}")
+    return report
 
 
 def format_report(report: dict) -> str:

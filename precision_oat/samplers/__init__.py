@@ -29,4 +29,5 @@ def build_sampler(policy, precision: Precision, device: torch.device, rollout: R
                                 longest_response or rollout.max_new_tokens)
     from precision_oat.samplers.builtin import KVCacheSampler
 
-    return KVCacheSampler(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id)
+    return KVCacheSampler(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id,
+                          fp32_head=precision.fp32_head)

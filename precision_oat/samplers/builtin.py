@@ -16,21 +16,29 @@ from typing import Iterable
 
 import torch
 
+from precision_oat.lm_head import use_fp32_head
 from precision_oat.samplers.decoder import Decoder, supports
 from precision_oat.sampling import Completion, SamplingParams
 
 
+def top_p_keep(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus of each row as a boolean mask: the most likely tokens until their mass reaches ``top_p``."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    # Drop a token once the mass before it already reaches top_p (the first always stays).
+    drop = (probs.cumsum(-1) - probs) >= top_p
+    return torch.zeros_like(drop).scatter(-1, order, ~drop)
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float, uniform: torch.Tensor):
-    """Sample one token per row by inverting its CDF at ``uniform`` (one draw in [0, 1) per row);
-    return the tokens and their log-probabilities under the distribution sampled from."""
+    """Sample one token per row by inverting its CDF at ``uniform`` (one draw in [0, 1) per row); return
+    the tokens, their log-probabilities under the (truncated, renormalised) distribution sampled from,
+    and the kept mask [rows, V] (None when top_p is 1)."""
     logits = logits.float() / max(temperature, 1e-6)
+    keep = None
     if top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        # Drop a token once the mass before it already reaches top_p (the first always stays).
-        drop = (cumulative - sorted_logits.softmax(-1)) >= top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+        keep = top_p_keep(logits, top_p)
+        logits = logits.masked_fill(~keep, float("-inf"))
     logprobs = logits.log_softmax(-1)
     probs = logprobs.exp()
     cdf = probs.cumsum(-1)
@@ -38,7 +46,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, uniform:
     # u·total can round up to total itself: fall back to the last token with any mass.
     last_kept = probs.shape[-1] - 1 - (probs.flip(-1) > 0).float().argmax(-1)
     tokens = torch.minimum(tokens, last_kept)
-    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1), keep
 
 
 def row_uniforms(seed: int, first_row: int, rows: int, steps: int) -> torch.Tensor:
@@ -50,17 +58,24 @@ def row_uniforms(seed: int, first_row: int, rows: int, steps: int) -> torch.Tens
 
 
 class KVCacheSampler:
-    """Batched sampling with an incremental KV cache on a private copy of the policy."""
+    """Batched sampling with an incremental KV cache on a private copy of the policy.
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device: torch.device | str = "cpu", pad_token_id: int = 0):
+    With ``fp32_head`` the output projection and the logits are computed in fp32
+    (:mod:`~precision_oat.lm_head`), an untied ``lm_head.weight`` stored in fp32.
+    """
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device: torch.device | str = "cpu", pad_token_id: int = 0,
+                 fp32_head: bool = False):
         self.model = copy.deepcopy(model).to(device=device, dtype=dtype).eval()
+        if fp32_head:
+            use_fp32_head(self.model)
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.dtype = dtype
         self.device = torch.device(device)
         self.pad_token_id = pad_token_id
         self._params = dict(self.model.named_parameters())
-        self.decoder = Decoder(self.model) if supports(self.model.config) else None
+        self.decoder = Decoder(self.model, fp32_head) if supports(self.model.config) else None
 
     def _next_logits(self, step_ids, attention, cache):
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
@@ -76,7 +91,12 @@ class KVCacheSampler:
         for name, tensor in weights:
             if name not in self._params:
                 raise KeyError(f"sampler has no parameter {name!r}")
-            self._params[name].copy_(tensor.to(device=self.device, dtype=self.dtype))
+            # Each weight in its own dtype: the sampler dtype, fp32 for an fp32 lm_head.
+            self._params[name].copy_(tensor.to(device=self.device, dtype=self._params[name].dtype))
+
+    def weights_for_check(self) -> dict[str, torch.Tensor]:
+        """Every weight the sampler generates with, by HF name (checked against the masters after a sync)."""
+        return self._params
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -90,11 +110,13 @@ class KVCacheSampler:
         stop = torch.tensor(list(params.stop_token_ids) or [-1], device=self.device)
 
         done = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
-        tokens, logps = [], []
+        tokens, logps, kept = [], [], []
         cache, step_ids = None, input_ids
         for t in range(params.max_new_tokens):
             logits, cache = self._next_logits(step_ids, attention, cache)
-            token, logp = sample_next(logits, params.temperature, params.top_p, uniforms[:, t])
+            token, logp, keep = sample_next(logits, params.temperature, params.top_p, uniforms[:, t])
+            if params.kept_sets and keep is not None:
+                kept.append((keep.sum(-1).tolist(), keep.nonzero()[:, 1].tolist()))
             token = token.masked_fill(done, self.pad_token_id)
             tokens.append(token)
             logps.append(logp)
@@ -107,9 +129,23 @@ class KVCacheSampler:
 
         tokens_t = torch.stack(tokens, 1).tolist()
         logps_t = torch.stack(logps, 1).tolist()
+        kept_t = _kept_per_row(kept, len(rows)) if kept else [None] * len(rows)
         stops = set(params.stop_token_ids)
         completions = []
-        for prompt, toks, lps in zip(rows, tokens_t, logps_t):
+        for prompt, toks, lps, ks in zip(rows, tokens_t, logps_t, kept_t):
             end = next((i + 1 for i, t in enumerate(toks) if t in stops), None)
-            completions.append(Completion(prompt, toks[: end or len(toks)], lps[: end or len(lps)], end is not None))
+            cut = end or len(toks)
+            completions.append(Completion(prompt, toks[:cut], lps[:cut], end is not None,
+                                          ks[:cut] if ks is not None else None))
         return completions
+
+
+def _kept_per_row(steps: list[tuple[list[int], list[int]]], num_rows: int) -> list[list[list[int]]]:
+    """Per-step (kept count of each row, kept ids of all rows in row order) → per row, per step, its kept ids."""
+    rows: list[list[list[int]]] = [[] for _ in range(num_rows)]
+    for counts, ids in steps:
+        start = 0
+        for row, count in zip(rows, counts):
+            row.append(ids[start : start + count])
+            start += count
+    return rows

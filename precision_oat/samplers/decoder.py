@@ -36,8 +36,9 @@ def _rope_theta(config) -> float:
 class Decoder:
     """Runs the weights of an HF causal LM (looked up by name, not copied) with a KV cache."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, fp32_head: bool = False):
         c = model.config
+        self.fp32_head = fp32_head
         self.p = dict(model.named_parameters())
         self.layers = c.num_hidden_layers
         self.heads = c.num_attention_heads
@@ -99,4 +100,7 @@ class Decoder:
             gate, up = self._linear(h, pre + "mlp.gate_proj"), self._linear(h, pre + "mlp.up_proj")
             x = self._linear((F.silu(gate.float()) * up.float()).to(h.dtype), pre + "mlp.down_proj")
         h, _ = self._norm(x[:, -1:], residual[:, -1:], "model.norm.weight")
-        return F.linear(h[:, 0], self.p[self.lm_head]), new_cache
+        head = self.p[self.lm_head]
+        if self.fp32_head:  # --lm-head-dtype fp32 (precision_oat.lm_head)
+            return F.linear(h[:, 0].float(), head.float()), new_cache
+        return F.linear(h[:, 0], head), new_cache

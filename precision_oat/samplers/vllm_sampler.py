@@ -186,6 +186,11 @@ class VLLMSampler:
         self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(push), "is_checkpoint_format": True})
         self._llm.reset_prefix_cache()
 
+    def weights_for_check(self) -> dict[str, torch.Tensor]:
+        """About four tensors spread through the CPU copy just pushed (a cheap check of the cast, not of vLLM's reload)."""
+        names = list(self._weights)
+        return {n: self._weights[n] for n in names[:: max(1, len(names) // 4)]}
+
 
 def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
     """One ``vllm.SamplingParams`` per prompt, each with its own seed.

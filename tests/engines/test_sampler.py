@@ -33,8 +33,9 @@ def test_sample_next_reports_logprob_of_the_distribution_sampled_from():
     # T = 0.5 doubles the logits; top-p 0.9: sorted probs of [4,2,0,-2] are
     # 0.8668, 0.1173, 0.0159, 0.0021 → mass before token 2 is 0.984 ≥ 0.9, so tokens 2, 3 drop.
     for u in torch.linspace(0, 1 - 2**-24, 20):
-        token, logp = sample_next(logits, 0.5, 0.9, u[None])
+        token, logp, keep = sample_next(logits, 0.5, 0.9, u[None])
         kept = torch.tensor([4.0, 2.0]).log_softmax(-1)
+        assert keep.tolist() == [[True, True, False, False]]
         assert token.item() in (0, 1)
         assert math.isclose(logp.item(), kept[token.item()].item(), rel_tol=1e-6)
 
@@ -76,13 +77,13 @@ def test_inverse_cdf_draws_follow_the_distribution():
     logits = torch.tensor([[1.0, 0.0, -1.0, 2.0]])
     probs = logits.softmax(-1)[0]
     u = torch.rand(40_000, generator=torch.Generator().manual_seed(1))
-    tokens, _ = sample_next(logits.expand(len(u), -1), 1.0, 1.0, u)
+    tokens, _, _ = sample_next(logits.expand(len(u), -1), 1.0, 1.0, u)
     freq = torch.bincount(tokens, minlength=4).float() / len(u)
     # Four standard errors of a frequency near 0.5 over 40k draws is 0.01.
     assert torch.allclose(freq, probs, atol=0.01), (freq, probs)
     # u at the very top of [0, 1) never lands on a token with no mass.
     masked = torch.tensor([[1.0, 0.0, float("-inf")]])
-    token, logp = sample_next(masked, 1.0, 1.0, torch.tensor([1 - 2**-24]))
+    token, logp, _ = sample_next(masked, 1.0, 1.0, torch.tensor([1 - 2**-24]))
     assert token.item() == 1 and math.isfinite(logp.item())
 
 

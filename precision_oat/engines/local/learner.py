@@ -22,6 +22,7 @@ from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.engines.local.master_weights import MasterWeights
 from precision_oat.engines.local.trainable import add_lora, merged_lora_weights
+from precision_oat.lm_head import use_fp32_head
 from precision_oat.loss_scaler import LossScaler
 from precision_oat.precision import Precision
 from precision_oat.rl_step import RLStep, UpdateSettings
@@ -45,6 +46,8 @@ class PrecisionLearner(RLStep):
             self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
             model = add_lora(model, lora)
         self.model = model.to(device=device, dtype=precision.trainer_dtype)
+        if precision.fp32_head:
+            use_fp32_head(self.model)
         if gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
             if lora.lora_rank > 0:

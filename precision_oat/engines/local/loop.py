@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from precision_oat.actor import PrecisionActor, check_prompt_lengths
+from precision_oat.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.algorithms import compose
 from precision_oat.args import Args, algorithm_spec
 from precision_oat.data_parallel import SINGLE, World, check_layout, check_same_config, world_from_env
@@ -28,6 +28,7 @@ from precision_oat.engines.local.checkpoint import latest_checkpoint, load_check
 from precision_oat.engines.local.learner import PrecisionLearner
 from precision_oat.errors import UserError
 from precision_oat.mismatch import mismatch_histograms
+from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.presets import to_values
 from precision_oat.rl_step import UpdateSettings
@@ -37,6 +38,7 @@ from precision_oat.stop_request import StopRequest
 from precision_oat.samplers import build_sampler
 from precision_oat.seeds import PROMPT_ORDER, derive_seed
 from precision_oat.tasks import build_task
+from precision_oat.weight_sync import push_weights
 
 def build_learner(args: Args, model, precision, spec, device, world: World = SINGLE):
     """``--learner``: the built-in learner or DeepSpeed's, with the algorithm's mixins before it."""
@@ -61,7 +63,8 @@ def train(args: Args) -> dict:
     out = world.broadcast(output_dir_for(args))
     if args.log.resume and latest_checkpoint(out) is None:
         raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
-    config = to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out)))
+    config = {**to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out))),
+              "precision_contract": precision.contract()}
     check_same_config(world, config)
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -71,7 +74,7 @@ def train(args: Args) -> dict:
     say(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
         f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
         f"device {device}" + (f" · {world.size} processes" if world.size > 1 else "") +
-        f"\nprecision policy:\n{precision.describe()}", flush=True)
+        f"\nprecision policy:\n{precision.describe()}\nprecision contract: {precision.describe_contract()}", flush=True)
 
     torch.manual_seed(args.train.seed)
     random.seed(args.train.seed)
@@ -79,6 +82,11 @@ def train(args: Args) -> dict:
     task = build_task(args.task, args.eval, policy.tokenizer)
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
                  args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
+    examples = task.train_set()
+    if not args.log.resume and world.is_main:
+        first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
+        before_fp16_run(policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision,
+                        args.precision, out, device, log=lambda line: say(line, flush=True))
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
@@ -86,14 +94,13 @@ def train(args: Args) -> dict:
                             longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0))
     learner = build_learner(args, policy.model, precision, spec, device, world)
     actor = PrecisionActor(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
-    examples = task.train_set()
     check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
 
     start_step = 0
     if args.log.resume:
         folder = latest_checkpoint(out)
         start_step = load_checkpoint(folder, learner)
-        sampler.load_weights(learner.export_weights())
+        push_weights(sampler, learner.export_weights, precision)
         say(f"resumed from {folder} at step {start_step}", flush=True)
 
     # Rank 0 writes the run's metrics; the other ranks only compute.
@@ -107,7 +114,7 @@ def train(args: Args) -> dict:
     for step in range(start_step, steps):
         rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
         metrics.update(learner.update(rollout.to(device), step))
-        sampler.load_weights(learner.export_weights())
+        push_weights(sampler, learner.export_weights, precision)
         metrics["step"] = step + 1
         if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
             metrics.update(actor.evaluate(args.eval, step + 1))

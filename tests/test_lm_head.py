@@ -1,0 +1,105 @@
+"""--lm-head-dtype fp32: the final projection and the logits in fp32 on both sides, and its lab arm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+from precision_oat.engines.local.loop import train
+from precision_oat.lm_head import use_fp32_head
+from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
+from precision_oat.samplers.builtin import KVCacheSampler
+from precision_oat.sampling import SamplingParams
+from tests.conftest import byte_tokenizer, tiny_model
+from tests.engines.helpers import make_args
+
+
+def test_fp32_head_keeps_an_untied_head_in_fp32_and_the_rest_in_bf16():
+    model = use_fp32_head(tiny_model("llama").to(torch.bfloat16))
+    assert model.lm_head.weight.dtype == torch.float32
+    assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
+    ids = torch.tensor([[3, 4, 5, 6]])
+    logits = model(input_ids=ids).logits
+    assert logits.dtype == torch.float32
+    # The same as the fp32 projection of the bf16 model's final hidden state.
+    hidden = model.model(input_ids=ids).last_hidden_state
+    assert torch.equal(logits, hidden.float() @ model.lm_head.weight.T)
+
+
+def test_fp32_head_of_a_tied_model_upcasts_the_shared_bf16_matrix():
+    model = use_fp32_head(tiny_model("qwen2").to(torch.bfloat16))
+    assert model.lm_head.weight is model.model.embed_tokens.weight and model.lm_head.weight.dtype == torch.bfloat16
+    assert model(input_ids=torch.tensor([[3, 4, 5]])).logits.dtype == torch.float32
+
+
+def test_fp32_head_arm_computes_the_head_in_fp32_on_both_sides():
+    model = tiny_model("llama")
+    precision = arm_precision("bf16+fp32head")
+    assert (precision.sampler, precision.trainer, precision.lm_head) == ("bf16", "bf16", "fp32")
+    sampler = KVCacheSampler(model, precision.sampler_dtype, fp32_head=precision.fp32_head)
+    trainer = build_trainer("hf", model, precision, torch.device("cpu"), 8)
+    for side in (sampler.model, trainer):
+        assert side.lm_head.weight.dtype == torch.float32 and side.model.norm.weight.dtype == torch.bfloat16
+    ids = torch.tensor([[3, 4, 5]])
+    attention = torch.ones_like(ids)
+    sampler_logits, _ = sampler.decoder.forward(ids, torch.arange(3)[None], attention, None)
+    assert sampler_logits.dtype == torch.float32
+    assert trainer(input_ids=ids).logits.dtype == torch.float32
+    out = sampler.generate([[3, 4, 5], [6, 7]], SamplingParams(n=4, max_new_tokens=8, seed=0))
+    mu = torch.tensor([lp for c in out for lp in c.logprobs])
+    with torch.no_grad():
+        pi = torch.cat([trainer(input_ids=torch.tensor([c.prompt_ids + c.response_ids])).logits[0]
+                        .log_softmax(-1)[len(c.prompt_ids) - 1 : -1].gather(-1, torch.tensor(c.response_ids)[:, None])
+                        .squeeze(-1) for c in out])
+    gap = (pi - mu).abs()
+    # Sampler and trainer still differ (bf16 everywhere before the head), by a finite amount.
+    assert torch.isfinite(gap).all() and 0 < float(gap.mean()) < 0.1
+
+
+@pytest.fixture(scope="module")
+def untied_byte_model(tmp_path_factory):
+    """A random tiny Llama with an untied head and the byte tokenizer, saved as an HF folder."""
+    tokenizer = byte_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=False, pad_token_id=0, eos_token_id=1)
+    folder = tmp_path_factory.mktemp("untied")
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_lab_measures_bf16_and_bf16_with_an_fp32_head_side_by_side(untied_byte_model, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"problem": f"What is {i} plus {i + 3}?"}) + "\n" for i in range(8)))
+    report = run_lab(LabArgs(model=str(untied_byte_model), prompt_data=str(prompts), dtypes=("bf16", "bf16+fp32head"),
+                             num_prompts=8, num_samples=4, max_new_tokens=16, device="cpu", plots=False,
+                             self_consistency=False, output_dir=tmp_path / "out"), log=lambda *_: None)
+    stats = report["dtypes"]
+    assert list(stats) == ["bf16", "bf16+fp32head"]
+    for arm in stats.values():
+        assert all(v is None or v == v for v in arm.values())  # no nan
+    head, plain = stats["bf16+fp32head"], stats["bf16"]
+    assert 0 < head["mismatch/abs_logp_diff_mean"] < 1 and 0 < plain["mismatch/abs_logp_diff_mean"] < 1
+    assert head["mismatch/abs_logp_diff_mean"] != plain["mismatch/abs_logp_diff_mean"]
+
+
+def test_bf16_run_with_an_fp32_head_trains_and_syncs_an_fp32_head(tmp_path, embedded_policy_dir):
+    # An untied copy of the embedded policy, so that lm_head.weight is its own fp32 tensor on both sides.
+    model = AutoModelForCausalLM.from_pretrained(embedded_policy_dir)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
+    folder = tmp_path / "untied"
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(embedded_policy_dir).save_pretrained(folder)
+    train(make_args(model=str(folder), dtype="bf16", lm_head_dtype="fp32", steps=2, learning_rate=1e-2,
+                    output_dir=str(tmp_path / "run")))
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["precision_contract"]["lm_head"] == "fp32"
+    assert config["precision_contract"]["weight_sync"] == "bf16 (lm_head.weight fp32)"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 < r["mismatch/abs_logp_diff_mean"] < 1 for r in rows)
