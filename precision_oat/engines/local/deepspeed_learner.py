@@ -22,7 +22,7 @@ from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.deepspeed_engine import engine_config, ensure_process_group, import_deepspeed
 from precision_oat.engines.local.learner import PrecisionLearner
-from precision_oat.engines.local.trainable import add_lora, merged_lora_weights
+from precision_oat.engines.local.trainable import merged_lora_weights
 from precision_oat.precision import Precision
 from precision_oat.rl_step import UpdateSettings
 from precision_oat.scoring import token_logprobs
@@ -35,21 +35,7 @@ class DeepSpeedLearner(PrecisionLearner):
     def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
                  train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
         deepspeed = import_deepspeed()
-        self.algo = algo
-        self.precision = precision
-        self.settings = settings
-        self.train_args = train
-        self.device = device
-        self.config = model.config
-        model = model.float()
-        self.base_weights = None
-        if lora.lora_rank > 0:
-            self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
-            model = add_lora(model, lora)
-        if gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-            if lora.lora_rank > 0:
-                model.enable_input_require_grads()
+        model = self.adopt(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
         ensure_process_group(device)
         optimizer = {"type": "AdamW", "params": {"lr": train.learning_rate, "betas": list(train.adam_betas),
                                                  "weight_decay": train.weight_decay, "torch_adam": True}}
@@ -60,7 +46,6 @@ class DeepSpeedLearner(PrecisionLearner):
         self.model.train()
         self.trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.forward_logprobs = partial(token_logprobs, self.engine, temperature=settings.temperature)
-        self._skipped_before = 0
 
     # --- the engine hooks of RLStep ---
 

@@ -32,6 +32,23 @@ from precision_oat.scoring import token_logprobs
 class PrecisionLearner(RLStep):
     def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
                  train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
+        model = self.adopt(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
+        self.model = model.to(device=device, dtype=precision.trainer_dtype)
+        if precision.fp32_head:
+            use_fp32_head(self.model)
+        self.model.train()
+        trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.weights = MasterWeights(trainable, precision.master_dtype)
+        self.optimizer = torch.optim.AdamW(
+            self.weights.master, lr=train.learning_rate, betas=train.adam_betas, weight_decay=train.weight_decay
+        )
+        self.scaler = LossScaler(precision.loss_scaling)
+        self.optimizer_steps = 0
+        self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature)
+
+    def adopt(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
+              train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool) -> torch.nn.Module:
+        """Keep the settings; return ``model`` in fp32, with LoRA adapters and gradient checkpointing as asked."""
         self.algo = algo
         self.precision = precision
         self.settings = settings
@@ -45,22 +62,11 @@ class PrecisionLearner(RLStep):
         if lora.lora_rank > 0:
             self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
             model = add_lora(model, lora)
-        self.model = model.to(device=device, dtype=precision.trainer_dtype)
-        if precision.fp32_head:
-            use_fp32_head(self.model)
         if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            model.gradient_checkpointing_enable()
             if lora.lora_rank > 0:
-                self.model.enable_input_require_grads()
-        self.model.train()
-        trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        self.weights = MasterWeights(trainable, precision.master_dtype)
-        self.optimizer = torch.optim.AdamW(
-            self.weights.master, lr=train.learning_rate, betas=train.adam_betas, weight_decay=train.weight_decay
-        )
-        self.scaler = LossScaler(precision.loss_scaling)
-        self.optimizer_steps = 0
-        self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature)
+                model.enable_input_require_grads()
+        return model
 
     # --- the engine hooks of RLStep ---
 
