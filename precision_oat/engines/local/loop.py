@@ -11,24 +11,26 @@ end-of-run probe.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from pathlib import Path
 
 import torch
 
+from precision_oat import stacks
 from precision_oat.actor import PrecisionActor, check_prompt_lengths
 from precision_oat.algorithms import compose
 from precision_oat.args import Args, algorithm_spec
-from precision_oat.engines.local.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from precision_oat.engines.local.checkpoint import checkpoint_step, latest_checkpoint, resume_checkpoint, save_checkpoint
 from precision_oat.engines.local.learner import PrecisionLearner
 from precision_oat.errors import UserError
 from precision_oat.mismatch import mismatch_histograms
 from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.presets import to_values
 from precision_oat.rl_step import UpdateSettings
-from precision_oat.run_folder import output_dir_for, summarize_run
+from precision_oat.resume import check_resume, record_resume
+from precision_oat.run_folder import output_dir_for, start_new_run, summarize_run
+from precision_oat.run_lock import RunLock
 from precision_oat.run_log import RunLog
 from precision_oat.stop_request import StopRequest
 from precision_oat.samplers import build_sampler
@@ -55,12 +57,27 @@ def train(args: Args) -> dict:
     precision = args.precision.build()
     spec = algorithm_spec(args)
     device = resolve_device(args.train.device)
+    if args.rollout.sampler == "vllm":
+        stacks.require("vllm")
+    if args.train.learner == "deepspeed":
+        stacks.require("deepspeed")
     out = output_dir_for(args)
-    if args.log.resume and latest_checkpoint(out) is None:
+    newest = latest_checkpoint(out) if args.log.resume else None
+    if args.log.resume and newest is None:
         raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(to_values(dataclasses.replace(args, log=dataclasses.replace(
-        args.log, output_dir=out))), indent=2))
+    # One run at a time in a folder; a new run never writes over an old one.
+    with RunLock(out):
+        if newest is not None:
+            finished = check_resume(out, args, checkpoint_step(newest))
+            if finished is not None:
+                return finished
+        else:
+            start_new_run(out, args)
+        return train_in(out, args, precision, spec, device)
+
+
+def train_in(out: Path, args: Args, precision, spec, device) -> dict:
+    """The run in its claimed folder ``out``: config.json is written, and a resume has been checked."""
     print(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
           f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
           f"device {device}\nprecision policy:\n{precision.describe()}", flush=True)
@@ -80,9 +97,9 @@ def train(args: Args) -> dict:
 
     start_step = 0
     if args.log.resume:
-        folder = latest_checkpoint(out)
-        start_step = load_checkpoint(folder, learner)
+        folder, start_step = resume_checkpoint(out, learner)
         sampler.load_weights(learner.export_weights())
+        record_resume(out, args, start_step)
         print(f"resumed from {folder} at step {start_step}", flush=True)
 
     log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
@@ -104,7 +121,7 @@ def train(args: Args) -> dict:
         log.log(metrics, histograms, total_steps=steps,
                 echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
         if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stop.requested:
-            save_checkpoint(out, step + 1, learner, policy.tokenizer)
+            save_checkpoint(out, step + 1, learner, policy.tokenizer, keep=args.log.keep_checkpoints)
         if stop.requested:
             log.close()
             print(f"{stop.requested}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
