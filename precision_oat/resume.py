@@ -60,8 +60,12 @@ def changed_flags(config: dict, args: Args) -> dict[str, list[Any]]:
     run = current_values(config)
     defaults = _normal(to_values(Args()))
     wanted = _normal(to_values(args))
-    return {name: [run.get(name, defaults.get(name)), value] for name, value in wanted.items()
-            if name not in NOT_COMPARED and value != run.get(name, defaults.get(name))}
+    changes = {}
+    for name, value in wanted.items():
+        old = run.get(name, defaults.get(name))
+        if name not in NOT_COMPARED and value != old:
+            changes[name] = [old, value]
+    return changes
 
 
 def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
@@ -79,12 +83,11 @@ def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
     if steps < checkpoint_step:
         raise UserError(f"--steps {steps}: the run in {out} already reached step {checkpoint_step}; "
                         f"resume with --steps {checkpoint_step} or more")
-    summary = out / "summary.json"
-    if steps == checkpoint_step and summary.is_file():
+    summary = _read_summary(out) if steps == checkpoint_step else None
+    if summary is not None:
         print(f"the run in {out} is finished (step {steps} of --steps {steps}, summary.json); nothing to do. "
               f"Resume with --steps N > {steps} to extend it.", flush=True)
-        return json.loads(summary.read_text())
-    return None
+    return summary
 
 
 def record_resume(out: Path, args: Args, step: int) -> None:
@@ -93,6 +96,14 @@ def record_resume(out: Path, args: Args, step: int) -> None:
     changes = changed_flags(config, args)
     config["resumes"] = [*config.get("resumes", []), {"step": step, "changed": changes}]
     write_json(out / "config.json", config)
+
+
+def _read_summary(out: Path) -> Optional[dict]:
+    """summary.json, or None when it is missing or unreadable (the run then writes it again)."""
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def _normal(values: dict) -> dict:

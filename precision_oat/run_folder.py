@@ -57,7 +57,7 @@ def describe_run(out: Path, found: list[str]) -> str:
     for name in found:
         if name == "metrics.jsonl":
             rows = sum(1 for line in (out / name).read_text().splitlines() if line.strip())
-            parts.append(f"metrics.jsonl with {rows} rows")
+            parts.append(f"metrics.jsonl with {rows} row{'s' if rows != 1 else ''}")
         elif name == "checkpoints":
             steps = sorted(p.name for p in (out / name).glob("step_*"))
             parts.append(f"checkpoints/ {steps[-1]}" if steps else "checkpoints/")

@@ -88,6 +88,19 @@ def latest_checkpoint(output_dir: Path) -> Optional[Path]:
     return None
 
 
+def require_checkpoint(output_dir: Path) -> Path:
+    """The newest checkpoint for ``--resume``, or a :class:`UserError` saying why there is none."""
+    folder = latest_checkpoint(output_dir)
+    if folder is None:
+        root = output_dir / "checkpoints"
+        found = checkpoints_newest_first(output_dir)
+        if not found:
+            raise UserError(f"--resume: no checkpoint in {root}; start the run without --resume")
+        raise UserError(f"--resume: no checkpoint in {root} has a readable trainer_state.pt ({len(found)} found, "
+                        "torn or written by an older version); start a new run with --overwrite or in another --output-dir")
+    return folder
+
+
 def load_checkpoint(folder: Path, learner) -> int:
     """Restore the learner and RNG states from ``folder``; return the number of completed steps."""
     state = torch.load(folder / "trainer_state.pt", weights_only=True)

@@ -21,15 +21,14 @@ from precision_oat import stacks
 from precision_oat.actor import PrecisionActor, check_prompt_lengths
 from precision_oat.algorithms import compose
 from precision_oat.args import Args, algorithm_spec
-from precision_oat.engines.local.checkpoint import checkpoint_step, latest_checkpoint, resume_checkpoint, save_checkpoint
+from precision_oat.engines.local.checkpoint import checkpoint_step, require_checkpoint, resume_checkpoint, save_checkpoint
 from precision_oat.engines.local.learner import PrecisionLearner
-from precision_oat.errors import UserError
 from precision_oat.mismatch import mismatch_histograms
 from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.presets import to_values
 from precision_oat.rl_step import UpdateSettings
 from precision_oat.resume import check_resume, record_resume
-from precision_oat.run_folder import output_dir_for, start_new_run, summarize_run
+from precision_oat.run_folder import output_dir_for, start_new_run, summarize_run, write_json
 from precision_oat.run_lock import RunLock
 from precision_oat.run_log import RunLog
 from precision_oat.stop_request import StopRequest
@@ -62,9 +61,7 @@ def train(args: Args) -> dict:
     if args.train.learner == "deepspeed":
         stacks.require("deepspeed")
     out = output_dir_for(args)
-    newest = latest_checkpoint(out) if args.log.resume else None
-    if args.log.resume and newest is None:
-        raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
+    newest = require_checkpoint(out) if args.log.resume else None
     # One run at a time in a folder; a new run never writes over an old one.
     with RunLock(out):
         if newest is not None:
@@ -139,7 +136,7 @@ def train_in(out: Path, args: Args, precision, spec, device) -> dict:
         probe = probe_mismatch(final, [actor.encode(e) for e in examples[:32]], args, device)
         (out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, out, probe)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)  # atomic: its presence marks the run finished
     return summary
 
 
@@ -149,7 +146,7 @@ def evaluate_only(actor: PrecisionActor, args: Args, log: RunLog, out: Path) -> 
     log.log(metrics, total_steps=0, echo=False)
     log.close()
     print("\n".join(f"{k}: {v:.4f}" for k, v in metrics.items() if k.startswith("eval/")), flush=True)
-    (out / "summary.json").write_text(json.dumps(metrics, indent=2))
+    write_json(out / "summary.json", metrics)
     return metrics
 
 
