@@ -84,7 +84,7 @@ def run(args: Args) -> dict:
     import launchpad as lp
 
     out = output_dir_for(args).resolve()
-    # Held until this process ends: one run at a time in a folder; a new run never writes over an old one.
+    # Held until this function returns: one run at a time in a folder; a new run never writes over an old one.
     lock = RunLock(out)  # noqa: F841
     start_new_run(out, args)
     oat_args, program, resources = build_program(args, out)
