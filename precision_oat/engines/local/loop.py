@@ -19,12 +19,13 @@ import torch
 
 from precision_oat import stacks
 from precision_oat.actor import PrecisionActor, check_prompt_lengths
-from precision_oat.algorithms import compose
+from precision_oat.algorithms import AlgorithmSpec, compose
 from precision_oat.args import Args, algorithm_spec
 from precision_oat.engines.local.checkpoint import checkpoint_step, require_checkpoint, resume_checkpoint, save_checkpoint
 from precision_oat.engines.local.learner import PrecisionLearner
 from precision_oat.mismatch import mismatch_histograms
 from precision_oat.models import Policy, load_policy, resolve_device
+from precision_oat.precision import Precision
 from precision_oat.presets import to_values
 from precision_oat.rl_step import UpdateSettings
 from precision_oat.resume import check_resume, record_resume
@@ -73,7 +74,7 @@ def train(args: Args) -> dict:
         return train_in(out, args, precision, spec, device)
 
 
-def train_in(out: Path, args: Args, precision, spec, device) -> dict:
+def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, device: torch.device) -> dict:
     """The run in its claimed folder ``out``: config.json is written, and a resume has been checked."""
     print(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
           f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
