@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from precision_oat.errors import UserError
 from precision_oat.run_lock import RunLock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +157,7 @@ def test_the_lock_dies_with_its_process(tmp_path):
                                "print('held', flush=True); time.sleep(60)", str(tmp_path)],
                               env=ENV, text=True, stdout=subprocess.PIPE)
     assert holder.stdout.readline().strip() == "held"
-    with pytest.raises(ValueError, match="another run is writing there"):
+    with pytest.raises(UserError, match="another run is writing there"):
         RunLock(tmp_path)
     holder.kill()  # SIGKILL: no cleanup runs
     holder.wait()
