@@ -363,8 +363,8 @@ class LogArgs(Checked):
 
     # Folder for metrics.jsonl, config and checkpoints; None makes runs/<algo>-<dtype>-<time>.
     output_dir: Optional[Path] = None
-    # Save a checkpoint every N steps (one is always saved at the end); None saves only at the end.
-    save_every: Optional[int] = None
+    # Save a checkpoint every N steps (one is always saved at the end, and on Ctrl-C/SIGTERM); None saves only then.
+    save_every: Optional[int] = 50
     # Continue from the last checkpoint in --output-dir.
     resume: bool = False
     # wandb: "offline" writes locally, "online" syncs, "disabled" skips wandb.
@@ -377,10 +377,17 @@ class LogArgs(Checked):
     log_every: int = 1
     # After training, sample and rescore the final policy in each of these dtypes (mismatch_probe.json); empty skips it.
     probe_dtypes: tuple[DType, ...] = ("bf16", "fp16")
+    # Start afresh in an --output-dir that holds a run, deleting that run's files first.
+    overwrite: bool = False
+    # Checkpoints kept in OUTPUT_DIR/checkpoints (older ones are deleted after each save); None keeps all.
+    keep_checkpoints: Optional[int] = 3
 
     def check(self) -> None:
         super().check()
-        checks.integer(self, "save_every", 1, why="leave it unset to save only at the end")
+        checks.integer(self, "save_every", 1, why="pass None to save only at the end")
+        checks.integer(self, "keep_checkpoints", 1, why="pass None to keep every checkpoint")
+        if self.resume and self.overwrite:
+            raise UserError("--overwrite deletes the run that --resume continues; pass one of them")
         checks.integer(self, "log_every", 1)
         checks.text(self, "wandb_project")
         checks.text(self, "run_name")
@@ -453,6 +460,8 @@ class Args(Checked):
         _check_advantage(algorithm_spec(self), r.num_samples)
         if self.log.resume and self.log.output_dir is None:
             raise UserError("--resume needs --output-dir, the folder of the run to continue")
+        if self.log.resume and self.backend == "oat":
+            raise UserError("--resume works with --backend local only; Oat's runs start afresh")
         if self.backend == "oat":
             self.precision.build().deepspeed_config()  # what DeepSpeed's scaler and master weights cannot do
         _check_sampler_precision(self)

@@ -1,11 +1,23 @@
-"""The folder of a run: where it goes, and the summary computed from its metrics (both engines)."""
+"""The folder of a run: where it goes, how a new run claims it, and the summary computed from its metrics (both engines)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import shutil
 import time
 from pathlib import Path
 
 from precision_oat.args import Args
+from precision_oat.errors import UserError
+from precision_oat.presets import to_values
+
+# What a run writes into its folder (either engine); --overwrite deletes exactly these.
+RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "mismatch_probe.json", "checkpoints",
+             "wandb", "vllm_init", "initial_model", "oat", "learner_error.txt")
+# Their presence means the folder holds a run.
+RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
 
 SUMMARY_KEYS = ["mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std", "mismatch/k3", "mismatch/k1"]
 
@@ -14,7 +26,59 @@ def output_dir_for(args: Args) -> Path:
     if args.log.output_dir is not None:
         return Path(args.log.output_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{args.algorithm.algo}-{args.precision.dtype}-{stamp}"
+    base = Path("runs") / f"{args.algorithm.algo}-{args.precision.dtype}-{stamp}"
+    # Runs started in the same second get their own folders.
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+def start_new_run(out: Path, args: Args) -> None:
+    """Make ``out`` the folder of a new run: refuse when it holds one, unless ``--overwrite`` deletes it; write config.json."""
+    found = [name for name in RUN_MARKERS if (out / name).exists()]
+    if found and not args.log.overwrite:
+        raise UserError(
+            f"--output-dir {out} already holds a run ({describe_run(out, found)}); continue it with --resume, "
+            "pass another --output-dir, or add --overwrite to delete that run and start again"
+        )
+    for name in RUN_FILES:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    write_json(out / "config.json", config_values(out, args))
+
+
+def describe_run(out: Path, found: list[str]) -> str:
+    parts = []
+    for name in found:
+        if name == "metrics.jsonl":
+            rows = sum(1 for line in (out / name).read_text().splitlines() if line.strip())
+            parts.append(f"metrics.jsonl with {rows} row{'s' if rows != 1 else ''}")
+        elif name == "checkpoints":
+            steps = sorted(p.name for p in (out / name).glob("step_*"))
+            parts.append(f"checkpoints/ {steps[-1]}" if steps else "checkpoints/")
+        else:
+            parts.append(name)
+    if (out / "summary.json").is_file():
+        parts.append("summary.json: finished")
+    return ", ".join(parts)
+
+
+def config_values(out: Path, args: Args) -> dict:
+    """The flag values config.json records (``output_dir`` as the folder actually used), and the precision contract."""
+    values = to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out)))
+    return {**values, "precision_contract": args.precision.build().contract()}
+
+
+def write_json(path: Path, value) -> None:
+    """Write ``path`` atomically: a crash leaves the old file or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2))
+    os.replace(tmp, path)
 
 
 def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> dict:

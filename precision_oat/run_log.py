@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Optional
+
+WANDB_RUN_FOLDER = re.compile(r"^(?:offline-)?run-(\d{8}_\d{6})-(.+)$")
 
 CONSOLE_KEYS = [
     ("reward/mean", "reward", "{:.3f}"),
@@ -43,7 +46,7 @@ class RunLog:
             else:
                 self.wandb = wandb.init(
                     project=project, name=run_name, dir=str(output_dir), mode=wandb_mode, config=config,
-                    resume="allow" if resume else None, id=run_name if resume else None,
+                    resume="allow" if resume else None, id=previous_wandb_id(output_dir) if resume else None,
                 )
 
     @staticmethod
@@ -84,6 +87,16 @@ def kept_rows(path: Path, last_step: int) -> list[dict]:
         if row.get("step", 0) <= last_step:
             rows.append(row)
     return rows
+
+
+def previous_wandb_id(output_dir: Path) -> Optional[str]:
+    """The id of the wandb run an earlier part of this run wrote under ``output_dir/wandb``, if any.
+
+    wandb names its folders ``[offline-]run-<date>_<time>-<id>``; resuming that id continues the
+    same wandb run. (The folder name itself may hold characters wandb refuses in an id.)
+    """
+    found = [m for p in (output_dir / "wandb").glob("*run-*") if (m := WANDB_RUN_FOLDER.match(p.name))]
+    return max(found, key=lambda m: m.group(1)).group(2) if found else None
 
 
 def _jsonable(v):

@@ -124,6 +124,9 @@ BAD_INPUTS: list[Bad] = [
     bad("--log-every", "0"),
     bad("--output-dir", "{file}", output_dir=False),
     bad("--resume", output_dir=False),
+    bad("--keep-checkpoints", "0"),
+    bad("--resume", "--overwrite", flag="--overwrite"),
+    bad("--backend", "oat", "--resume", flag="--resume"),
     # --- model ---
     bad("--model", "./no/such/model", cli=True),
     bad("--gguf-file", "model.gguf"),  # without --model

@@ -48,6 +48,8 @@ CASES = {
     "bad_dtype": MAIN.format(argv=["--dtype", "fp8"]),
     "unscaled_fp16": MAIN.format(argv=["--dtype", "fp16", "--loss-scaling", "none"]),
     "missing_preset": MAIN.format(argv=["--preset", "no/such/preset.yaml"]),
+    "missing_vllm": HIDE_BACKENDS + MAIN.format(argv=["--sampler", "vllm", "--output-dir", "run"]),
+    "missing_deepspeed": HIDE_BACKENDS + MAIN.format(argv=["--learner", "deepspeed", "--output-dir", "run"]),
 }
 
 
@@ -118,3 +120,14 @@ def test_missing_preset_fails_with_a_clear_message(runs):
     assert code != 0
     assert "Traceback" not in out + err
     assert "error: --preset no/such/preset.yaml: no such file" in err
+
+
+@pytest.mark.parametrize("case, flag, install", [("missing_vllm", "--sampler vllm", 'pip install -e ".[vllm]"'),
+                                                  ("missing_deepspeed", "--learner deepspeed", 'pip install -e ".[deepspeed]"')])
+def test_a_missing_stack_stops_the_run_in_one_line_before_the_folder_is_made(runs, case, flag, install):
+    code, out, err, cwd = runs[case]
+    assert code != 0
+    assert "Traceback" not in out + err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {flag} needs ") and install in errors[0], err
+    assert not (cwd / "run").exists()

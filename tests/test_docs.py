@@ -1,4 +1,4 @@
-"""docs/concepts.md and docs/metrics.md stay true to the code they describe."""
+"""docs/concepts.md, docs/metrics.md and docs/runs.md stay true to the code they describe."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ import torch
 
 from precision_oat.algorithms import RECIPES, PolicyBatch, build_policy_loss, compose, resolve
 from precision_oat.algorithms.registry import TABLES, valid_names
-from precision_oat.args import PrecisionArgs
+from precision_oat.args import LogArgs, PrecisionArgs
+from precision_oat.checks import flag
+from precision_oat.resume import SAFE_ON_RESUME
 from precision_oat.mismatch import mismatch_histograms, mismatch_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPTS = (ROOT / "docs" / "concepts.md").read_text()
 METRICS = (ROOT / "docs" / "metrics.md").read_text()
+RUNS = (ROOT / "docs" / "runs.md").read_text()
 PACKAGE = ROOT / "precision_oat"
 
 
@@ -107,3 +110,17 @@ def test_every_metric_key_written_in_the_local_engine_is_in_metrics():
     assert {"train/loss_scale", "reward/mean", "perf/train_tokens_per_s"} <= keys  # the scan sees them
     missing = sorted(k for k in keys if not _documented(k, METRICS))
     assert not missing, f"docs/metrics.md lacks {missing}"
+
+
+# --- runs ---
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(LogArgs)])
+def test_every_output_flag_is_in_runs(field):
+    assert _documented(flag(field), RUNS), f"docs/runs.md does not list {flag(field)}"
+
+
+def test_every_flag_a_resume_may_change_is_in_runs():
+    section = RUNS[RUNS.index("## Resume"):]
+    missing = [flag(name) for name in sorted(SAFE_ON_RESUME) if not _documented(flag(name), section)]
+    assert not missing, f"the Resume section of docs/runs.md lacks {missing}"

@@ -1,5 +1,6 @@
 """Checkpoints: a run stopped at step k and resumed ends where an uninterrupted run ends."""
 
+import io
 import json
 
 import torch
@@ -32,5 +33,42 @@ def test_resume_reaches_the_same_state(tmp_path, embedded_policy_dir):
     final_b = AutoModelForCausalLM.from_pretrained(latest_checkpoint(resumed)).state_dict()
     for name in final_a:
         torch.testing.assert_close(final_a[name], final_b[name], atol=1e-6, rtol=1e-5)
-    state = torch.load(latest_checkpoint(resumed) / "trainer_state.pt", weights_only=False)
+    state = torch.load(latest_checkpoint(resumed) / "trainer_state.pt", weights_only=True)
     assert state["step"] == 4 and set(state["rng"]) == {"torch", "python", "numpy"}
+
+
+def test_trainer_state_loads_without_unpickling_code_and_restores_every_rng():
+    import random
+
+    import numpy as np
+
+    from precision_oat.engines.local.checkpoint import rng_states, set_rng_states
+
+    torch.manual_seed(1), random.seed(2), np.random.seed(3)
+    np.random.standard_normal()  # numpy now holds a cached gaussian as well
+    saved = rng_states()
+    expected = (torch.rand(3), random.random(), np.random.standard_normal(2))
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
+    buffer.seek(0)
+    set_rng_states(torch.load(buffer, weights_only=True))
+    assert torch.equal(torch.rand(3), expected[0])
+    assert random.random() == expected[1]
+    assert np.array_equal(np.random.standard_normal(2), expected[2])
+
+
+def test_resume_skips_a_checkpoint_without_learner_state_and_a_dangling_latest(tmp_path, embedded_policy_dir, capsys):
+    common = dict(model=str(embedded_policy_dir), save_every=1, output_dir=str(tmp_path))
+    train(make_args(**common, steps=3))
+    (tmp_path / "checkpoints" / "step_000003" / "learner_state.pt").unlink()
+    (tmp_path / "checkpoints" / "latest").write_text("step_000009")
+    capsys.readouterr()
+    train(make_args(**common, steps=4, resume=True))
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, err
+    assert "names step_000009, which is missing" in warnings[0]
+    assert "step_000003 is unreadable (FileNotFoundError" in warnings[1]
+    assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3, 4]
+    assert json.loads((tmp_path / "config.json").read_text())["resumes"] == [{"step": 2, "changed": {"steps": [3, 4]}}]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000004"

@@ -11,28 +11,31 @@ end-of-run probe.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import signal
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
 import torch
 
+from precision_oat import stacks
 from precision_oat.actor import PrecisionActor, check_prompt_lengths, encode_prompt
-from precision_oat.algorithms import compose
+from precision_oat.algorithms import AlgorithmSpec, compose
 from precision_oat.args import Args, algorithm_spec
 from precision_oat.data_parallel import SINGLE, World, check_layout, check_same_config, world_from_env
-from precision_oat.engines.local.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from precision_oat.engines.local.checkpoint import checkpoint_step, require_checkpoint, resume_checkpoint, save_checkpoint
 from precision_oat.engines.local.learner import PrecisionLearner
-from precision_oat.errors import UserError
 from precision_oat.mismatch import mismatch_histograms
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
+from precision_oat.precision import Precision
 from precision_oat.presets import to_values
+from precision_oat.resume import check_resume, record_resume
 from precision_oat.rl_step import UpdateSettings
-from precision_oat.run_folder import output_dir_for, summarize_run
+from precision_oat.run_folder import config_values, output_dir_for, start_new_run, summarize_run, write_json
+from precision_oat.run_lock import RunLock
 from precision_oat.run_log import RunLog
 from precision_oat.stop_request import StopRequest
 from precision_oat.samplers import build_sampler
@@ -59,17 +62,31 @@ def train(args: Args) -> dict:
     # Everything that can be wrong with the arguments fails here, before any model loads.
     precision = args.precision.build()
     spec = algorithm_spec(args)
+    if args.rollout.sampler == "vllm":
+        stacks.require("vllm")
+    if args.train.learner == "deepspeed":
+        stacks.require("deepspeed")
     world, device = processes(args)
     out = world.broadcast(output_dir_for(args))
-    if args.log.resume and latest_checkpoint(out) is None:
-        raise UserError(f"--resume: no checkpoint in {out / 'checkpoints'}")
-    config = {**to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out))),
-              "precision_contract": precision.contract()}
-    check_same_config(world, config)
-    if world.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.json").write_text(json.dumps(config, indent=2))
-    world.barrier()
+    check_same_config(world, config_values(out, args))
+    newest = require_checkpoint(out) if args.log.resume else None
+    # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
+    with RunLock(out) if world.is_main else nullcontext():
+        finished = None
+        if world.is_main:
+            if newest is not None:
+                finished = check_resume(out, args, checkpoint_step(newest))
+            else:
+                start_new_run(out, args)
+        finished = world.broadcast(finished)
+        if finished is not None:
+            return finished
+        return train_in(out, args, precision, spec, device, world)
+
+
+def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, device: torch.device,
+             world: World) -> dict:
+    """The run in its claimed folder ``out``: config.json is written, and a resume has been checked."""
     say = print if world.is_main else (lambda *a, **k: None)
     say(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
         f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
@@ -98,9 +115,10 @@ def train(args: Args) -> dict:
 
     start_step = 0
     if args.log.resume:
-        folder = latest_checkpoint(out)
-        start_step = load_checkpoint(folder, learner)
+        folder, start_step = resume_checkpoint(out, learner)
         push_weights(sampler, learner.export_weights, precision)
+        if world.is_main:
+            record_resume(out, args, start_step)
         say(f"resumed from {folder} at step {start_step}", flush=True)
 
     # Rank 0 writes the run's metrics; the other ranks only compute.
@@ -128,7 +146,7 @@ def train(args: Args) -> dict:
         # A signal may reach some ranks only: all of them stop at the same step.
         stopping = world.any(stop.requested is not None)
         if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stopping:
-            save_checkpoint(out, step + 1, learner, policy.tokenizer, world)
+            save_checkpoint(out, step + 1, learner, policy.tokenizer, args.log.keep_checkpoints, world)
         if stopping:
             if log is not None:
                 log.close()
@@ -150,7 +168,7 @@ def train(args: Args) -> dict:
         probe = probe_mismatch(final, [actor.encode(e) for e in examples[:32]], args, device)
         (out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, out, probe)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)  # atomic: its presence marks the run finished
     return summary
 
 
@@ -176,7 +194,7 @@ def evaluate_only(actor: PrecisionActor, args: Args, log: Optional[RunLog], out:
     log.log(metrics, total_steps=0, echo=False)
     log.close()
     print("\n".join(f"{k}: {v:.4f}" for k, v in metrics.items() if k.startswith("eval/")), flush=True)
-    (out / "summary.json").write_text(json.dumps(metrics, indent=2))
+    write_json(out / "summary.json", metrics)
     return metrics
 
 

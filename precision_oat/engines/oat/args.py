@@ -24,6 +24,7 @@ from oat.types import RLAlgo
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import Args, OatArgs, algorithm_spec
+from precision_oat.errors import UserError
 from precision_oat.precision import Precision
 
 # The actor scores with the task, not with one of Oat's oracles; any name Oat does not know works.
@@ -60,36 +61,36 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
 
     if cuda_devices == 0:
         if r.sampler == "vllm":
-            raise ValueError("--sampler vllm with --backend oat needs a CUDA GPU (vLLM 0.8.4); use --sampler builtin")
+            raise UserError("--sampler vllm with --backend oat needs a CUDA GPU (vLLM 0.8.4); use --sampler builtin")
         if precision.trainer == "fp16":
-            raise ValueError(
+            raise UserError(
                 "--backend oat on CPU: DeepSpeed refuses fp16 without a GPU; use --trainer-dtype bf16 or fp32"
             )
     if r.sampler == "vllm" and precision.sampler != precision.trainer:
-        raise ValueError(
+        raise UserError(
             "--sampler vllm with --backend oat: Oat broadcasts the trainer's compute weights and its vLLM worker "
             f"loads only its own dtype, so --sampler-dtype ({precision.sampler}) must equal --trainer-dtype "
             f"({precision.trainer}); use --sampler builtin for mixed dtypes"
         )
     gpus = oat.gpus or max(cuda_devices, 1)
     if cuda_devices and gpus > cuda_devices:
-        raise ValueError(f"--gpus {gpus}: only {cuda_devices} GPUs are visible")
+        raise UserError(f"--gpus {gpus}: only {cuda_devices} GPUs are visible")
     collocate = oat.collocate if oat.collocate is not None else gpus == 1
     learners = gpus if collocate else gpus - gpus // 2
 
     g = r.num_samples
     if r.prompts_per_step % learners:
-        raise ValueError(f"--prompts-per-step {r.prompts_per_step} must be a multiple of the {learners} learners")
+        raise UserError(f"--prompts-per-step {r.prompts_per_step} must be a multiple of the {learners} learners")
     local_responses = r.prompts_per_step // learners * g
     global_batch = t.train_batch_size or r.prompts_per_step * g
     if global_batch % learners or local_responses % (global_batch // learners):
-        raise ValueError(
+        raise UserError(
             f"--train-batch-size {global_batch} must split evenly over {learners} learners and divide the "
             f"{local_responses} responses each learner gets per step"
         )
     micro = min(t.micro_batch_size, global_batch // learners)
     if (global_batch // learners) % micro:
-        raise ValueError(
+        raise UserError(
             f"--micro-batch-size {micro} must divide the {global_batch // learners} responses per learner step"
         )
 
@@ -172,6 +173,7 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
         # --- outputs: metrics go through our RunLog; Oat saves an HF folder at the end ---
         save_path=str(Path(output_dir) / "oat"),
         save_steps=args.log.save_every or 10**9,
+        max_save_num=args.log.keep_checkpoints or 10**9,
         wb_run_name=args.log.run_name or Path(output_dir).name,
         use_wb=False,
         logging_steps=1,

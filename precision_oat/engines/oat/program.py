@@ -12,7 +12,6 @@ without a GPU). ``python -m precision_oat.main --backend oat …`` lands here.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import sys
@@ -20,7 +19,10 @@ from pathlib import Path
 
 import torch
 
+from precision_oat import stacks
 from precision_oat.args import Args
+from precision_oat.run_folder import output_dir_for, start_new_run, summarize_run
+from precision_oat.run_lock import RunLock
 
 
 def portable_embedded_policy(folder: Path) -> Path:
@@ -78,19 +80,14 @@ def build_program(args: Args, out: Path):
 
 def run(args: Args) -> dict:
     """Launch the program, wait for it, and return the run's summary (also OUTPUT_DIR/summary.json)."""
+    stacks.require("oat")
     import launchpad as lp
 
-    from precision_oat.run_folder import output_dir_for, summarize_run
-    from precision_oat.presets import to_values
-
     out = output_dir_for(args).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    if args.log.resume:
-        raise ValueError("--resume is not supported with --backend oat")
+    # Held until this function returns: one run at a time in a folder; a new run never writes over an old one.
+    lock = RunLock(out)  # noqa: F841
+    start_new_run(out, args)
     oat_args, program, resources = build_program(args, out)
-    (out / "config.json").write_text(
-        json.dumps(to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out))), indent=2)
-    )
     spec, r = oat_args.algorithm, args.rollout
     print(
         f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
