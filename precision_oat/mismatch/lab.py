@@ -35,6 +35,7 @@ import torch
 
 from precision_oat.errors import UserError
 from precision_oat.lm_head import use_fp32_head
+from precision_oat.mismatch.prompts import PromptSource, load_prompts
 from precision_oat.scoring import score, token_logprobs, trim
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).
@@ -71,27 +72,11 @@ class PairSettings:
 
 
 @dataclass
-class LabArgs(PairSettings):
+class LabArgs(PairSettings, PromptSource):
     """Sample in each dtype, rescore with the trainer's forward, compare μ with π."""
 
-    # HF model id or local folder; None uses the embedded tiny arithmetic policy.
-    model: Optional[str] = None
-    # GGUF file inside --model to load (dequantised), e.g. SmolLM2-135M-Instruct.Q4_1.gguf.
-    gguf_file: Optional[str] = None
-    # Prompt file or datasets folder (.jsonl/.parquet/save_to_disk); None uses the arithmetic task's prompts.
-    prompt_data: Optional[str] = None
-    # Column of --prompt-data holding the prompt.
-    input_key: str = "problem"
-    # Split of --prompt-data when it is a DatasetDict.
-    split: str = "train"
-    # Template applied to --prompt-data questions (precision_oat.templates), or "chat".
-    prompt_template: str = "no"
-    # Largest operand of the arithmetic prompts (when --prompt-data is not given).
-    max_operand: int = 49
     # Dtypes to measure; the sampler and the trainer both compute in each ("+fp32head": lm_head and logits in fp32).
     dtypes: tuple[LabArm, ...] = ("bf16", "fp16", "fp32")
-    # Prompts to sample from.
-    num_prompts: int = 32
     # "auto" picks CUDA when available.
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # Trainer attention kernel ("eager", "sdpa", ...).
@@ -102,22 +87,6 @@ class LabArgs(PairSettings):
     plots: bool = True
     # Measure the trainer against itself too (overrides the pair default).
     self_consistency: bool = True
-
-
-def lab_prompts(args: LabArgs, tokenizer) -> list[str]:
-    """The prompt texts: the first ``num_prompts`` of --prompt-data, or of the arithmetic task."""
-    if args.prompt_data is None:
-        from precision_oat.tasks.arithmetic import ArithmeticTask
-
-        task = ArithmeticTask(max_operand=args.max_operand)
-        return [task.render(ex) for ex in task.train_set()[: args.num_prompts]]
-    from precision_oat.data import load_examples
-    from precision_oat.templates import apply_template
-
-    # The lab needs no reference answers, so the prompt column also serves as the answer column.
-    examples = load_examples(args.prompt_data, split=args.split, input_key=args.input_key,
-                             output_key=args.input_key, limit=args.num_prompts)
-    return [apply_template(args.prompt_template, ex.question, tokenizer) for ex in examples]
 
 
 def arm_precision(arm: str):
@@ -238,7 +207,7 @@ def run_lab(args: LabArgs, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file,
                                    attn_implementation=args.attn_implementation), log)
-    prompts = lab_prompts(args, policy.tokenizer)
+    prompts = load_prompts(args, policy.tokenizer)
     if not prompts:
         raise UserError("--prompt-data: no prompts to sample from")
     prompt_ids = [policy.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 import torch
 
 from precision_oat.errors import UserError
+from precision_oat.mismatch.prompts import PromptSource, load_prompts
 from precision_oat.precision import Precision, PrecisionError
 
 if TYPE_CHECKING:
@@ -409,25 +410,9 @@ def _fmt_headroom(value: Optional[float]) -> str:
 
 
 @dataclass
-class PreflightArgs:
+class PreflightArgs(PromptSource):
     """Check before an fp16 run that activations fit under 65504 and gradients survive the loss scale."""
 
-    # HF model id or local folder; None uses the embedded tiny arithmetic policy.
-    model: Optional[str] = None
-    # GGUF file inside --model to load (dequantised), e.g. SmolLM2-135M-Instruct.Q4_1.gguf.
-    gguf_file: Optional[str] = None
-    # Prompt file or datasets folder (.jsonl/.parquet/save_to_disk); None uses the arithmetic task's prompts.
-    prompt_data: Optional[str] = None
-    # Column of --prompt-data holding the prompt.
-    input_key: str = "problem"
-    # Split of --prompt-data when it is a DatasetDict.
-    split: str = "train"
-    # Template applied to --prompt-data questions (precision_oat.templates), or "chat".
-    prompt_template: str = "no"
-    # Largest operand of the arithmetic prompts (when --prompt-data is not given).
-    max_operand: int = 49
-    # Prompts to run the forward and backward on.
-    num_prompts: int = 32
     # Prompts per forward.
     micro_batch_size: int = 8
     # "auto" picks CUDA when available.
@@ -443,12 +428,11 @@ class PreflightArgs:
 def preflight_from_args(args: PreflightArgs, log=print) -> dict:
     """Load the model and prompts as the mismatch lab does, run the preflight, write preflight.json."""
     from precision_oat.args import ModelArgs
-    from precision_oat.mismatch.lab import lab_prompts
     from precision_oat.models import load_policy, resolve_device
 
     device = resolve_device(args.device)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file), log)
-    prompts = lab_prompts(args, policy.tokenizer)
+    prompts = load_prompts(args, policy.tokenizer)
     if not prompts:
         raise UserError(f"--prompt-data {args.prompt_data}: no prompts to run the preflight on")
     prompt_ids = [policy.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]

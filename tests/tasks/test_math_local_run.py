@@ -17,7 +17,8 @@ def test_math_run_samples_grades_evaluates_and_logs(tmp_path, byte_model_dir):
     row = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     # A random byte-level model writes no boxed answer: reward 0, but every stage ran.
     assert row["reward/mean"] == 0.0
-    assert row["response/truncated_frac"] == 1.0
+    # Random bytes rarely hit the stop token: most responses run to the 8-token limit, none past it.
+    assert row["response/truncated_frac"] >= 0.5 and row["response/length_max"] <= 8
     for key in ("eval/aime/avg@2", "eval/amc/pass@2", "eval/average/avg@2", "mismatch/k3", "loss/policy"):
         assert math.isfinite(row[key]), key
     assert summary["steps"] == 1

@@ -1,0 +1,42 @@
+"""Where the lab and the preflight take their model and prompts from (the same flags for both)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class PromptSource:
+    # HF model id or local folder; None uses the embedded tiny arithmetic policy.
+    model: Optional[str] = None
+    # GGUF file inside --model to load (dequantised), e.g. SmolLM2-135M-Instruct.Q4_1.gguf.
+    gguf_file: Optional[str] = None
+    # Prompt file or datasets folder (.jsonl/.parquet/save_to_disk); None uses the arithmetic task's prompts.
+    prompt_data: Optional[str] = None
+    # Column of --prompt-data holding the prompt.
+    input_key: str = "problem"
+    # Split of --prompt-data when it is a DatasetDict.
+    split: str = "train"
+    # Template applied to --prompt-data questions (precision_oat.templates), or "chat".
+    prompt_template: str = "no"
+    # Largest operand of the arithmetic prompts (when --prompt-data is not given).
+    max_operand: int = 49
+    # Prompts to use (the first of --prompt-data, or of the arithmetic task).
+    num_prompts: int = 32
+
+
+def load_prompts(source: PromptSource, tokenizer) -> list[str]:
+    """The prompt texts: the first ``num_prompts`` of --prompt-data, or of the arithmetic task."""
+    if source.prompt_data is None:
+        from precision_oat.tasks.arithmetic import ArithmeticTask
+
+        task = ArithmeticTask(max_operand=source.max_operand)
+        return [task.render(ex) for ex in task.train_set()[: source.num_prompts]]
+    from precision_oat.data import load_examples
+    from precision_oat.templates import apply_template
+
+    # No reference answers are needed, so the prompt column also serves as the answer column.
+    examples = load_examples(source.prompt_data, split=source.split, input_key=source.input_key,
+                             output_key=source.input_key, limit=source.num_prompts)
+    return [apply_template(source.prompt_template, ex.question, tokenizer) for ex in examples]
