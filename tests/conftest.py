@@ -46,17 +46,23 @@ def byte_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
 
 
-@pytest.fixture(scope="session")
-def byte_model_dir(tmp_path_factory):
-    """A random tiny Qwen2 with a byte tokenizer, saved as an HF folder (reads any prompt)."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+def save_byte_model(folder, config_class, **config):
+    """A random model of ``config_class(**config)`` (seed 0) with the byte tokenizer, saved as an HF folder."""
+    from transformers import AutoModelForCausalLM
 
     tokenizer = byte_tokenizer()
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         pad_token_id=0, eos_token_id=1)
-    folder = tmp_path_factory.mktemp("byte-model")
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    model = AutoModelForCausalLM.from_config(config_class(vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, **config))
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def byte_model_dir(tmp_path_factory):
+    """A random tiny Qwen2 with a byte tokenizer, saved as an HF folder (reads any prompt)."""
+    from transformers import Qwen2Config
+
+    return save_byte_model(tmp_path_factory.mktemp("byte-model"), Qwen2Config, hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                           max_position_embeddings=4096)

@@ -13,7 +13,7 @@ from precision_oat.lm_head import use_fp32_head
 from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
 from precision_oat.samplers.builtin import KVCacheSampler
 from precision_oat.sampling import SamplingParams
-from tests.conftest import byte_tokenizer, tiny_model
+from tests.conftest import save_byte_model, tiny_model
 from tests.engines.helpers import make_args
 
 
@@ -62,15 +62,9 @@ def test_fp32_head_arm_computes_the_head_in_fp32_on_both_sides():
 @pytest.fixture(scope="module")
 def untied_byte_model(tmp_path_factory):
     """A random tiny Llama with an untied head and the byte tokenizer, saved as an HF folder."""
-    tokenizer = byte_tokenizer()
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=False, pad_token_id=0, eos_token_id=1)
-    folder = tmp_path_factory.mktemp("untied")
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_byte_model(tmp_path_factory.mktemp("untied"), LlamaConfig, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           max_position_embeddings=512, tie_word_embeddings=False)
 
 
 def test_lab_measures_bf16_and_bf16_with_an_fp32_head_side_by_side(untied_byte_model, tmp_path):
