@@ -25,7 +25,7 @@ COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--lea
 
 def launch(*flags, processes: int = 1, wait: bool = True):
     runner = [sys.executable, "-m", "precision_oat.main"] if processes == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "-m", "precision_oat.main"]
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), "-m", "precision_oat.main"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if not wait:
         return subprocess.Popen(runner + list(flags), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
