@@ -61,3 +61,20 @@ def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_
     assert report["dtypes"]["fp32"]["sequences"] == 2 * 2
     assert report["ratios"] == {}
     assert sorted(p.name for p in out.iterdir()) == ["histograms.npz", "mismatch.json"]
+
+
+def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_itself(embedded_policy_dir, tmp_path):
+    args = LabArgs(model=str(embedded_policy_dir), trainer="deepspeed", dtypes=("bf16", "fp32"), num_prompts=8,
+                   num_samples=2, max_new_tokens=6, micro_batch_size=8, device="cpu", plots=False, output_dir=tmp_path)
+    report = run_lab(args, log=lambda *_: None)
+    assert report["settings"]["trainer"] == "deepspeed"
+    bf16, fp32 = report["dtypes"]["bf16"], report["dtypes"]["fp32"]
+    # The DeepSpeed engine scores what the fp32 sampler drew to fp32 rounding, and bf16 far less closely.
+    assert fp32["mismatch/abs_logp_diff_mean"] < 1e-5
+    assert bf16["mismatch/abs_logp_diff_mean"] > 100 * fp32["mismatch/abs_logp_diff_mean"]
+    # The floor: the same tokens at micro-batch 8 and 2, and through the update path.
+    assert bf16["trainer/microbatch_small"] == 2
+    for stats in (bf16, fp32):
+        for key in ("trainer/microbatch_gap_abs_mean", "trainer/update_path_gap_abs_mean"):
+            assert 0.0 <= stats[key] < 1e-2, (key, stats[key])
+    assert fp32["trainer/microbatch_gap_abs_mean"] < 1e-5
