@@ -43,6 +43,7 @@ from precision_oat.seeds import PROMPT_ORDER, derive_seed
 from precision_oat.tasks import build_task
 from precision_oat.weight_sync import push_weights
 
+
 def build_learner(args: Args, model, precision, spec, device, world: World = SINGLE):
     """``--learner``: the built-in learner or DeepSpeed's, with the algorithm's mixins before it."""
     t, r = args.train, args.rollout
