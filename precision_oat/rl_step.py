@@ -15,6 +15,10 @@ an optimiser step, and what its loss scaler reports. One call of :meth:`RLStep.u
    mini-batch (before any step, where π_θ = π_old in exact arithmetic), the trainer's
    self-gap and the share of tokens the clip or a cap touches there (``phantom/…``): all of
    that is rounding, not learning.
+
+With several processes (:mod:`~precision_oat.data_parallel`) every rank holds the whole
+rollout, scores and trains on its share of the rows, and the statistics are combined over
+the ranks.
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ class RLStep(PolicyLoss):
         """One RL update on ``rollout`` (already on the trainer's device); return its statistics."""
         start = time.perf_counter()
         s = self.settings
+        world = s.world
         old_logprobs = self.score(rollout)
         # Kept for callers that plot this rollout's mismatch (histograms).
         self.old_logprobs = old_logprobs
@@ -115,8 +120,7 @@ class RLStep(PolicyLoss):
         advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
 
         generator = torch.Generator().manual_seed(derive_seed(s.seed, SHUFFLE, step))
-        plan = update_plan(rollout.num_sequences, s.train_batch_size, s.micro_batch_size, s.num_epochs, generator,
-                           s.world)
+        plan = update_plan(rollout.num_sequences, s.train_batch_size, s.micro_batch_size, s.num_epochs, generator, world)
         losses, norms, loss_stats, ratio_stats = [], [], [], []
         skipped = 0
         first = {}
@@ -131,12 +135,12 @@ class RLStep(PolicyLoss):
                         batch.old_logprobs = batch.logprobs.detach()
                 loss, loss_s = self.policy_loss(batch)
                 # The loss carries the whole mini-batch's denominators; the ranks' gradients are averaged.
-                self.backward(loss * s.world.size, last_micro_batch=j == len(mini.micro_batches) - 1)
+                self.backward(loss * world.size, last_micro_batch=j == len(mini.micro_batches) - 1)
                 total += loss.item()
                 mini_stats.append(loss_s)
                 ratio_stats.append(_ratio_decomposition(batch))
             if k == 0:
-                first.update(s.world.reduce({f"phantom/{key.split('/', 1)[1]}": v
+                first.update(world.reduce({f"phantom/{key.split('/', 1)[1]}": v
                                              for key, v in mean_stats(mini_stats).items() if key.endswith("_frac")}))
             norm, was_skipped = self.optimizer_step()
             if not was_skipped:
@@ -146,7 +150,6 @@ class RLStep(PolicyLoss):
             norms.append(norm)
             skipped += was_skipped
 
-        world = s.world
         stats.update(world.reduce(mean_stats(loss_stats)))
         stats.update(world.reduce(mean_stats(ratio_stats)))
         first.update(world.reduce({k: first[k] for k in ("_gap_sum", "_gap_tokens")}, "sum"))
