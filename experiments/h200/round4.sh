@@ -22,7 +22,8 @@
 # Memory, measured in round 4: a DeepSpeed learner peaks near 1.5 GB per response of ~700 tokens
 # in a micro-batch (50 GB at MICRO=32), and a vLLM engine takes UTIL x the GPU's memory. For the
 # ten arms at once: MICRO=4 UTIL=0.05 LAB_UTIL=0.08 EAGER=0 (CUDA graphs: sampling was ~1k tok/s
-# per run in eager mode, the bottleneck of every step).
+# per run in eager mode, the bottleneck of every step). The fp32-lm_head arm of the built-in lab:
+# BUILTIN_DTYPES="bf16 bf16+fp32head fp16 fp32".
 set -uo pipefail
 HF=${HF:-$HOME/smolhf}
 RUNS=${RUNS:-$HOME/round4}
@@ -99,7 +100,7 @@ case "$PHASE" in
     start_runs 0
     [ "${BUILTIN_LAB:-1}" = 1 ] && timeout $((LIMIT - ($(date +%s) - started))) python3 -m precision_oat.mismatch --model "$HF" \
       --prompt-data "$PROMPTS" --prompt-template chat --num-prompts 32 --num-samples 4 --max-new-tokens 512 --sampler builtin --trainer hf \
-      --dtypes bf16 fp16 fp32 --device cuda --no-plots --output-dir "$RUNS/lab_builtin_hf" > "$RUNS/lab_builtin_hf.log" 2>&1
+      --dtypes ${BUILTIN_DTYPES:-bf16 fp16 fp32} --device cuda --no-plots --output-dir "$RUNS/lab_builtin_hf" > "$RUNS/lab_builtin_hf.log" 2>&1
     [ "${BUILTIN_LAB:-1}" = 1 ] && timeout $((LIMIT - ($(date +%s) - started))) python3 -m precision_oat.mismatch.preflight --model "$HF" --prompt-data "$PROMPTS" \
       --prompt-template chat --num-prompts 32 --device cuda --output-dir "$RUNS/preflight" > "$RUNS/preflight.log" 2>&1
     tail -n 4 "$RUNS"/lab_*.log "$RUNS/preflight.log"
