@@ -17,6 +17,7 @@ from typing import Iterable
 import torch
 
 from precision_oat.lm_head import use_fp32_head
+from precision_oat.precision import TORCH_DTYPES, PrecisionError
 from precision_oat.samplers.decoder import Decoder, supports
 from precision_oat.sampling import Completion, SamplingParams
 
@@ -55,6 +56,9 @@ def row_uniforms(seed: int, first_row: int, rows: int, steps: int) -> torch.Tens
     for r in range(rows):
         out[r] = torch.rand(steps, generator=torch.Generator().manual_seed(seed + first_row + r))
     return out
+
+
+DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
 class KVCacheSampler:
@@ -114,6 +118,12 @@ class KVCacheSampler:
         cache, step_ids = None, input_ids
         for t in range(params.max_new_tokens):
             logits, cache = self._next_logits(step_ids, attention, cache)
+            if not torch.isfinite(logits).all():
+                raise PrecisionError(
+                    f"the sampler's forward in {DTYPE_NAMES[self.dtype]} gave inf/nan logits at response "
+                    f"token {t + 1}: its activations overflow that dtype; check the policy with "
+                    "`python -m precision_oat.mismatch.preflight`, or sample in a wider dtype (--sampler-dtype bf16/fp32)"
+                )
             token, logp, keep = sample_next(logits, params.temperature, params.top_p, uniforms[:, t])
             if params.kept_sets and keep is not None:
                 kept.append((keep.sum(-1).tolist(), keep.nonzero()[:, 1].tolist()))

@@ -97,3 +97,16 @@ def test_a_response_depends_on_its_place_in_the_batch_not_on_the_other_rows():
     # Same prompt, different place: a different stream.
     moved = sampler.generate(PROMPTS[:1], SamplingParams(n=2, max_new_tokens=8, seed=3, first_prompt=5))
     assert [c.response_ids for c in moved] != [c.response_ids for c in head]
+
+
+def test_an_fp16_sampler_whose_logits_overflow_says_so_in_one_line():
+    from precision_oat.precision import PrecisionError
+
+    model = tiny_model()
+    with torch.no_grad():
+        model.model.norm.weight.mul_(1e6)  # the last hidden state, and so the logits, far past 65504
+    sampler = KVCacheSampler(model, torch.float16)
+    with pytest.raises(PrecisionError, match=r"in fp16 gave inf/nan logits at response token 1: .*--sampler-dtype"):
+        sampler.generate(PROMPTS, SamplingParams(n=1, max_new_tokens=4, seed=0))
+    # The same weights in fp32 sample normally.
+    assert len(KVCacheSampler(model, torch.float32).generate(PROMPTS, SamplingParams(n=1, max_new_tokens=4, seed=0))) == 3
