@@ -21,7 +21,7 @@ import torch
 
 from precision_oat import stacks
 from precision_oat.args import Args
-from precision_oat.run_folder import output_dir_for, start_new_run, summarize_run
+from precision_oat.run_folder import output_dir_for, start_new_run, summarize_run, write_json
 from precision_oat.run_lock import RunLock
 
 
@@ -81,12 +81,17 @@ def build_program(args: Args, out: Path):
 def run(args: Args) -> dict:
     """Launch the program, wait for it, and return the run's summary (also OUTPUT_DIR/summary.json)."""
     stacks.require("oat")
+    out = output_dir_for(args).resolve()
+    # One run at a time in a folder; a new run never writes over an old one.
+    with RunLock(out):
+        start_new_run(out, args)
+        return launch(args, out)
+
+
+def launch(args: Args, out: Path) -> dict:
+    """Build Oat's program for the claimed folder ``out``, run it to the end, and summarise it."""
     import launchpad as lp
 
-    out = output_dir_for(args).resolve()
-    # Held until this function returns: one run at a time in a folder; a new run never writes over an old one.
-    lock = RunLock(out)  # noqa: F841
-    start_new_run(out, args)
     oat_args, program, resources = build_program(args, out)
     spec, r = oat_args.algorithm, args.rollout
     print(
@@ -117,5 +122,5 @@ def run(args: Args) -> dict:
     if not any("loss/policy" in h for h in history):
         raise RuntimeError(f"the Oat program ended without a training step; see the log above and {out}")
     summary = summarize_run([h for h in history if "reward/mean" in h], out)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     return summary
