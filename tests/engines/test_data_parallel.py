@@ -68,6 +68,19 @@ def test_two_processes_end_where_one_does_and_resume(tmp_path, embedded_policy_d
     assert json.loads((two / "summary.json").read_text())["steps"] == 3
 
 
+def test_bf16_on_two_processes_draws_the_samples_of_one(tmp_path, embedded_policy_dir):
+    flags = ["--model", str(embedded_policy_dir), *COMMON, "--steps", "2"]
+    flags[flags.index("--dtype") + 1] = "bf16"
+    for processes in (1, 2):
+        done = launch(*flags, "--output-dir", str(tmp_path / str(processes)), processes=processes)
+        assert done.returncode == 0, done.stdout + done.stderr
+    a, b = rows(tmp_path / "1"), rows(tmp_path / "2")
+    assert [r["reward/mean"] for r in a] == [r["reward/mean"] for r in b]
+    # bf16 compute weights round a gradient summed in another order differently, within bf16's resolution.
+    wa, wb = weights(tmp_path / "1"), weights(tmp_path / "2")
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-2
+
+
 def test_a_batch_that_does_not_split_is_refused_in_one_line(tmp_path, embedded_policy_dir):
     flags = [f for f in COMMON]
     flags[flags.index("--prompts-per-step") + 1] = "3"
