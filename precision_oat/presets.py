@@ -43,6 +43,10 @@ def _groups() -> dict[str, str]:
     return owner
 
 
+# Entries of a run's config.json that are not flags: the precision contract and the resumes.
+RUN_RECORDS = ("precision_contract", "resumes")
+
+
 def load_preset(path: Path | str, base: Optional[Args] = None) -> Args:
     """Args with the values of the preset at ``path`` applied on top of ``base`` (or the defaults)."""
     path = Path(path)
@@ -57,6 +61,8 @@ def load_preset(path: Path | str, base: Optional[Args] = None) -> Args:
         raise UserError(f"--preset {path}: not valid YAML{line} ({problem}); write one `flag_name: value` per line") from None
     if not isinstance(values, dict):
         raise UserError(f"--preset {path}: expected a mapping of flag names to values, one `flag_name: value` per line")
+    # A run's config.json is a preset too: what the run recorded besides its flags is skipped.
+    values = {k: v for k, v in values.items() if k not in RUN_RECORDS}
     return apply_values(base or Args(), values, source=f"--preset {path}")
 
 

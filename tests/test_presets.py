@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -111,3 +112,14 @@ def test_missing_preset_file_exits_with_its_path(tmp_path):
         parse_args(["--preset", str(path)])
     message = str(exit_info.value.code)
     assert str(path) in message and "no such file" in message
+
+
+def test_a_runs_config_json_is_a_preset_for_the_same_flags(tmp_path, embedded_policy_dir):
+    from precision_oat.engines.local.loop import train
+    from tests.engines.helpers import make_args
+
+    args = make_args(model=str(embedded_policy_dir), algo="grpo-tis", dtype="bf16", steps=1, output_dir=str(tmp_path))
+    train(args)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert {"precision_contract"} <= set(config)
+    assert to_values(load_preset(tmp_path / "config.json")) == to_values(args)
