@@ -108,7 +108,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
-                            folder=out / ("vllm_init" if world.size == 1 else f"vllm_init_rank{world.rank}"),
+                            folder=out / "vllm_init" / (f"rank{world.rank}" if world.size > 1 else ""),
                             longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0))
     learner = build_learner(args, policy.model, precision, spec, device, world)
     actor = PrecisionActor(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
