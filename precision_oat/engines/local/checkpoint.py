@@ -76,7 +76,7 @@ def checkpoints_newest_first(output_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     folders = sorted((p for p in root.iterdir() if STEP_FOLDER.match(p.name) and p.is_dir()),
-                     key=lambda p: int(STEP_FOLDER.match(p.name).group(1)), reverse=True)
+                     key=_step_of, reverse=True)
     named = _latest_named(root)
     if named in folders:
         folders.remove(named)
@@ -147,8 +147,7 @@ def prune_checkpoints(root: Path, keep: Optional[int]) -> None:
     if keep is None or named is None or not named.is_dir():
         return
     folders = checkpoints_newest_first(root.parent)
-    last = int(STEP_FOLDER.match(named.name).group(1))
-    older = [f for f in folders[1:] if int(STEP_FOLDER.match(f.name).group(1)) < last]
+    older = [f for f in folders[1:] if _step_of(f) < _step_of(named)]
     for folder in [f for f in folders[1:] if f not in older] + older[keep - 1:]:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -176,6 +175,10 @@ def set_rng_states(rng: dict) -> None:
 
 
 # --- helpers ---
+
+
+def _step_of(folder: Path) -> int:
+    return int(STEP_FOLDER.match(folder.name).group(1))
 
 
 def _latest_named(root: Path) -> Optional[Path]:
