@@ -13,7 +13,7 @@ reload). A sampler without that method is not checked.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Iterable
 
 import torch
 
@@ -26,10 +26,14 @@ class WeightSyncError(RuntimeError):
     """The sampler's weights differ from the masters rounded to the contract's dtype (a bug, not bad input)."""
 
 
-def push_weights(sampler, export: Callable[[], Weights], precision: Precision) -> int:
-    """``sampler.load_weights(export())``, then :func:`check_weight_sync`; returns the number of tensors checked."""
-    sampler.load_weights(export())
-    return check_weight_sync(sampler, export(), precision)
+def push_weights(sampler, weights: Weights, precision: Precision) -> int:
+    """``sampler.load_weights(weights)``, then :func:`check_weight_sync`; returns the number of tensors checked.
+
+    ``weights`` is read once (exporting them can gather them across processes).
+    """
+    weights = list(weights)
+    sampler.load_weights(weights)
+    return check_weight_sync(sampler, weights, precision)
 
 
 @torch.no_grad()

@@ -117,7 +117,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     start_step = 0
     if args.log.resume:
         folder, start_step = resume_checkpoint(out, learner)
-        push_weights(sampler, learner.export_weights, precision)
+        push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, args, start_step)
         say(f"resumed from {folder} at step {start_step}", flush=True)
@@ -133,7 +133,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     for step in range(start_step, steps):
         rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
         metrics.update(learner.update(rollout.to(device), step))
-        push_weights(sampler, learner.export_weights, precision)
+        push_weights(sampler, learner.export_weights(), precision)
         metrics["step"] = step + 1
         if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
             metrics.update(actor.evaluate(args.eval, step + 1))
