@@ -24,7 +24,7 @@ from typing import Literal, Optional
 import torch
 import tyro
 
-from precision_oat.precision import DType
+from precision_oat.precision.policy import DType
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -66,9 +66,9 @@ class CalibrationArgs:
 def main(args: CalibrationArgs) -> dict[str, float]:
     from precision_oat.args import ModelArgs, RolloutArgs
     from precision_oat.models import load_policy, resolve_device
-    from precision_oat.precision import Precision
+    from precision_oat.precision.policy import Precision
     from precision_oat.samplers import build_sampler
-    from precision_oat.sampling import SamplingParams, stop_token_ids
+    from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
     from precision_oat.tasks.counting import CountingTask
 
     if args.threads:

@@ -26,7 +26,7 @@ from typing import Literal, Optional
 import torch
 import tyro
 
-from precision_oat.precision import DType
+from precision_oat.precision.policy import DType
 
 
 @dataclass
@@ -62,8 +62,8 @@ class BenchArgs:
 
 
 def synthetic_rollout(args: BenchArgs, vocab: int, seed: int = 0):
-    from precision_oat.rollout import collate
-    from precision_oat.sampling import Completion
+    from precision_oat.rl.rollout import collate
+    from precision_oat.samplers.sampler import Completion
 
     g = torch.Generator().manual_seed(seed)
     completions = [
@@ -78,8 +78,8 @@ def synthetic_rollout(args: BenchArgs, vocab: int, seed: int = 0):
 
 def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device: torch.device) -> float:
     from precision_oat.args import Args, TrainArgs, algorithm_spec
-    from precision_oat.engines.local.loop import build_learner
-    from precision_oat.precision import Precision
+    from precision_oat.backends.local.loop import build_learner
+    from precision_oat.precision.policy import Precision
 
     train_args = Args(train=TrainArgs(micro_batch_size=args.micro_batch_size, learning_rate=1e-7, learner=learner_kind))
     learner = build_learner(train_args, copy.deepcopy(model), Precision.from_flags(dtype), algorithm_spec(train_args),
@@ -98,9 +98,9 @@ def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device
 
 def time_sampler(args: BenchArgs, policy, dtype: DType, sampler_kind: str, device: torch.device, folder: Path) -> float:
     from precision_oat.args import RolloutArgs
-    from precision_oat.precision import Precision
+    from precision_oat.precision.policy import Precision
     from precision_oat.samplers import build_sampler
-    from precision_oat.sampling import SamplingParams
+    from precision_oat.samplers.sampler import SamplingParams
 
     rollout = RolloutArgs(sampler=sampler_kind, max_new_tokens=args.response_len, max_prompt_length=args.prompt_len,
                           vllm_gpu_memory_utilization=0.2, vllm_enforce_eager=False)

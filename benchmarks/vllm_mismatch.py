@@ -12,7 +12,7 @@ What it does:
        vLLM engine in d, samples 64 prompts × 128 tokens (T = 1, top-p = 1, no stop), and
        rescores the same tokens with one full-sequence transformers forward (the trainer), both
        in d (the paper's setting: sampler and trainer share a dtype) and in fp32.
-    3. Reports the ``mismatch/…`` metrics of :mod:`precision_oat.mismatch.metrics` (token mean
+    3. Reports the ``mismatch/…`` metrics of :mod:`precision_oat.precision.mismatch_metrics` (token mean
        |Δ|, sequence log-ratio std, k3; Δ_t = log π − log μ, ρ = Σ_t Δ_t) and the bf16/fp16
        ratios, for vLLM and for the built-in KV-cache sampler, and the tokens/s of both samplers.
 
@@ -121,7 +121,7 @@ def measure(sampler, prompts, params):
 
 
 def metrics(completions, trainer) -> dict[str, float]:
-    from precision_oat.mismatch import mismatch_metrics
+    from precision_oat.precision.mismatch_metrics import mismatch_metrics
 
     pi = rescore(trainer, [c.prompt_ids for c in completions], [c.response_ids for c in completions])
     mu = [torch.tensor(c.logprobs) for c in completions]
@@ -146,9 +146,9 @@ def main():
 
     import vllm
 
-    from precision_oat.samplers.builtin import KVCacheSampler
+    from precision_oat.samplers.kv_cache import KVCacheSampler
     from precision_oat.samplers.vllm_sampler import VLLMSampler
-    from precision_oat.sampling import SamplingParams
+    from precision_oat.samplers.sampler import SamplingParams
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=192, help="model width (head size 32)")

@@ -22,10 +22,10 @@ from precision_oat.algorithms import RECIPES
 from precision_oat.algorithms.registry import valid_names
 from precision_oat.checks import Checked, reject
 from precision_oat.errors import UserError
-from precision_oat.precision import RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScalingMode, Precision
+from precision_oat.precision.policy import RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScalingMode, Precision
 from precision_oat.tasks.arithmetic import ARITHMETIC_TEMPLATES
-from precision_oat.tasks.base import DEFAULT_GRADING_TIMEOUT_S
-from precision_oat.templates import TEMPLATE_NAMES
+from precision_oat.tasks.task import DEFAULT_GRADING_TIMEOUT_S
+from precision_oat.tasks.templates import TEMPLATE_NAMES
 
 RecipeName = Literal[tuple(RECIPES)]  # type: ignore[valid-type]
 # Canonical names and their aliases (`--objective ppo` is `clip`); resolve() canonicalises.
@@ -215,7 +215,7 @@ class TaskArgs(Checked):
     output_key: str = "answer"
     # Use at most this many training prompts; None uses all.
     max_train: Optional[int] = None
-    # Prompt template; None takes the task's own. Math: those of precision_oat.templates; arithmetic: "no", "fewshot" or "chat".
+    # Prompt template; None takes the task's own. Math: those of precision_oat.tasks.templates; arithmetic: "no", "fewshot" or "chat".
     prompt_template: Optional[str] = None
     # Reward of a response cut at the length limit; None grades it like any other.
     truncated_reward: Optional[float] = 0.0

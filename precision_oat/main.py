@@ -16,10 +16,10 @@ from precision_oat.presets import parse_args
 
 def run(args: Args) -> dict:
     if args.backend == "oat":
-        from precision_oat.engines.oat.program import run as run_oat
+        from precision_oat.backends.oat.program import run as run_oat
 
         return run_oat(args)
-    from precision_oat.engines.local.loop import train
+    from precision_oat.backends.local.loop import train
 
     return train(args)
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from precision_oat.data import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, as_reference, load_eval_suite, load_examples
-from precision_oat.tasks.base import Example
+from precision_oat.tasks.data import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, as_reference, load_eval_suite, load_examples
+from precision_oat.tasks.task import Example
 
 
 def test_sanity_train_set_has_1460_problems():
@@ -111,5 +111,5 @@ def test_importing_the_loader_does_not_import_datasets():
     import subprocess
     import sys
 
-    code = "import sys, precision_oat.data; assert 'datasets' not in sys.modules"
+    code = "import sys, precision_oat.tasks.data; assert 'datasets' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

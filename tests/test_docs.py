@@ -14,8 +14,8 @@ from precision_oat.algorithms import RECIPES, PolicyBatch, build_policy_loss, co
 from precision_oat.algorithms.registry import TABLES, valid_names
 from precision_oat.args import LogArgs, PrecisionArgs
 from precision_oat.checks import flag
-from precision_oat.resume import SAFE_ON_RESUME
-from precision_oat.mismatch import mismatch_histograms, mismatch_metrics
+from precision_oat.runs.resume import SAFE_ON_RESUME
+from precision_oat.precision.mismatch_metrics import mismatch_histograms, mismatch_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPTS = (ROOT / "docs" / "concepts.md").read_text()
@@ -49,7 +49,7 @@ def test_every_precision_flag_is_in_concepts(field):
 
 
 def test_the_composition_example_is_the_grpo_mis_learner():
-    from precision_oat.engines.local.learner import PrecisionLearner
+    from precision_oat.learners.builtin import PrecisionLearner
 
     block = re.search(r"```python\n(.*?)```", CONCEPTS, re.S).group(1)
     assert "class L(SeqMISMixin, ClipMixin, DrGRPOMixin, ConstantNormMixin, PrecisionLearner)" in block
@@ -102,8 +102,8 @@ def test_every_loss_statistic_is_in_metrics(objective, correction):
 
 def test_every_metric_key_written_in_the_local_engine_is_in_metrics():
     # Literal keys such as "train/loss_scale" in the code that produces the local engine's log.
-    sources = [*(PACKAGE / "engines" / "local").glob("*.py"), PACKAGE / "run_log.py", PACKAGE / "actor.py",
-               PACKAGE / "rl_step.py", *(PACKAGE / "algorithms").rglob("*.py")]
+    sources = [*(PACKAGE / "backends" / "local").glob("*.py"), *(PACKAGE / "learners").glob("*.py"),
+               *(PACKAGE / "rl").glob("*.py"), PACKAGE / "runs" / "log.py", *(PACKAGE / "algorithms").rglob("*.py")]
     keys = {k for path in sources for k in re.findall(r"""["']((?:[a-z]+)/[a-z0-9_@]+)["']""", path.read_text())}
     keys = {k for k in keys if k.split("/")[0] in {"reward", "response", "perf", "train", "loss", "mismatch", "time",
                                                     "eval", "ratio", "precision"}}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from precision_oat.evaluation import default_ks, pass_at_k, summarize
+from precision_oat.tasks.evaluation import default_ks, pass_at_k, summarize
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-from precision_oat.engines.local.loop import train
-from precision_oat.lm_head import use_fp32_head
+from precision_oat.backends.local.loop import train
+from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
-from precision_oat.samplers.builtin import KVCacheSampler
-from precision_oat.sampling import SamplingParams
+from precision_oat.samplers.kv_cache import KVCacheSampler
+from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import save_byte_model, tiny_model
 from tests.engines.helpers import make_args
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from precision_oat.loss_scaler import LossScaler
-from precision_oat.precision import LossScaling
+from precision_oat.precision.loss_scaler import LossScaler
+from precision_oat.precision.policy import LossScaling
 
 
 def _trace(scaler: LossScaler, overflows: list[bool]) -> list[tuple[bool, float]]:

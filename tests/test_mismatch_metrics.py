@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from precision_oat.mismatch import (
+from precision_oat.precision.mismatch_metrics import (
     POSITION_BUCKETS,
     PROB_BUCKETS,
     mismatch_breakdown,

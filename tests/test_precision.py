@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from precision_oat.args import PrecisionArgs
-from precision_oat.precision import LossScaling, Precision, PrecisionError
+from precision_oat.precision.policy import LossScaling, Precision, PrecisionError
 
 DTYPES = ["fp16", "bf16", "fp32"]
 TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}

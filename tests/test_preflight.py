@@ -19,7 +19,7 @@ from precision_oat.mismatch.preflight import (
     fp16_gradient_counts,
     run_preflight,
 )
-from precision_oat.precision import PrecisionError
+from precision_oat.precision.policy import PrecisionError
 from tests.conftest import tiny_model
 
 # Six prompts of 5..10 tokens (vocab 32, no token 0), so micro-batches mix lengths and need padding.

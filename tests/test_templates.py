@@ -2,7 +2,7 @@
 
 import pytest
 
-from precision_oat.templates import TEMPLATE_NAMES, TEMPLATES, apply_template
+from precision_oat.tasks.templates import TEMPLATE_NAMES, TEMPLATES, apply_template
 
 QUESTION = "What is $\\frac{1}{2} + \\frac{1}{3}$?"
 

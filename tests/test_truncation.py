@@ -8,12 +8,12 @@ from functools import partial
 
 import torch
 
-from precision_oat.engines.local.loop import train
-from precision_oat.rollout import collate
-from precision_oat.samplers.builtin import KVCacheSampler
-from precision_oat.sampling import SamplingParams
-from precision_oat.scoring import logits_logprobs, score, token_logprobs
-from precision_oat.truncation import Truncation
+from precision_oat.backends.local.loop import train
+from precision_oat.rl.rollout import collate
+from precision_oat.samplers.kv_cache import KVCacheSampler
+from precision_oat.samplers.sampler import SamplingParams
+from precision_oat.rl.scoring import logits_logprobs, score, token_logprobs
+from precision_oat.rl.truncation import Truncation
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
 

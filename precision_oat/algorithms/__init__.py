@@ -4,7 +4,7 @@ Imports torch and the standard library only.
 """
 
 from .advantages import DrGRPOMixin, GRPOMixin, ReinforceMixin, RLOOMixin
-from .base import AlgorithmSpec, PolicyBatch, PolicyLoss, Stats, masked_mean, masked_sum, sequence_log_ratio
+from .policy_loss import AlgorithmSpec, PolicyBatch, PolicyLoss, Stats, masked_mean, masked_sum, sequence_log_ratio
 from .corrections import NoCorrectionMixin, SeqMISMixin, SeqTISMixin, TokenMISMixin, TokenTISMixin
 from .objectives import ClipMixin, GSPOMixin, ISPGMixin, TokenISPGMixin
 from .recipes import RECIPES, Recipe, build_policy_loss, compose, resolve

@@ -14,7 +14,7 @@ from typing import Optional
 
 from precision_oat.errors import UserError
 
-from .base import AlgorithmSpec, PolicyLoss
+from .policy_loss import AlgorithmSpec, PolicyLoss
 from .registry import canonical, lookup, valid_names
 
 

@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.lm_head import use_fp32_head
+from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.mismatch.prompts import PromptSource, load_prompts
-from precision_oat.scoring import score, token_logprobs, trim
+from precision_oat.rl.scoring import score, token_logprobs, trim
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).
 RATIO_KEYS = ("abs_logp_diff_mean", "seq_logratio_std", "k3", "seq_kl")
@@ -90,8 +90,8 @@ class LabArgs(PairSettings, PromptSource):
 
 
 def arm_precision(arm: str):
-    """The :class:`~precision_oat.precision.Precision` of a lab arm such as ``bf16`` or ``bf16+fp32head``."""
-    from precision_oat.precision import Precision
+    """The :class:`~precision_oat.precision.policy.Precision` of a lab arm such as ``bf16`` or ``bf16+fp32head``."""
+    from precision_oat.precision.policy import Precision
 
     dtype = arm.removesuffix(FP32_HEAD)
     return Precision.from_flags(dtype, lm_head_dtype="fp32" if arm.endswith(FP32_HEAD) else "same")
@@ -101,10 +101,10 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
                  log=print, folder: Optional[Path] = None):
     """Sample in ``dtype`` (a lab arm), rescore in ``dtype``; return (metrics, histograms)."""
     from precision_oat.args import RolloutArgs
-    from precision_oat.mismatch import mismatch_breakdown, mismatch_histograms, mismatch_metrics
-    from precision_oat.rollout import collate
+    from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_histograms, mismatch_metrics
+    from precision_oat.rl.rollout import collate
     from precision_oat.samplers import build_sampler
-    from precision_oat.sampling import SamplingParams, stop_token_ids
+    from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
     tokenizer = policy.tokenizer
     precision = arm_precision(dtype)
@@ -164,7 +164,7 @@ def build_trainer(kind: str, model, precision, device: torch.device, micro_batch
     """A scoring copy of ``model`` in the trainer dtype: the HF model itself, or wrapped in a DeepSpeed engine."""
     copy_ = copy.deepcopy(model).float()
     if kind == "deepspeed":
-        from precision_oat.deepspeed_engine import inference_engine
+        from precision_oat.learners.deepspeed_config import inference_engine
 
         return inference_engine(copy_, precision, device, micro_batch_size)
     copy_ = copy_.to(device=device, dtype=precision.trainer_dtype).eval()

@@ -14,7 +14,7 @@ an inf that already overflowed), and reports:
    smallest normal 2**-14 (and so keep fewer than 10 mantissa bits).
 
 :func:`check` turns the report into a verdict: it raises
-:class:`~precision_oat.precision.PrecisionError` when some headroom is below the margin or
+:class:`~precision_oat.precision.policy.PrecisionError` when some headroom is below the margin or
 the fp16 forward is not finite. ``python -m precision_oat.mismatch.preflight`` runs all of
 it on a model and prompts given as the mismatch lab takes them, prints the table and
 writes ``OUTPUT_DIR/preflight.json`` (keys in docs/metrics.md, "fp16 preflight").
@@ -41,7 +41,7 @@ import torch
 
 from precision_oat.errors import UserError
 from precision_oat.mismatch.prompts import PromptSource, load_prompts
-from precision_oat.precision import Precision, PrecisionError
+from precision_oat.precision.policy import Precision, PrecisionError
 
 if TYPE_CHECKING:
     from precision_oat.args import PrecisionArgs

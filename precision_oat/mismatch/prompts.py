@@ -18,7 +18,7 @@ class PromptSource:
     input_key: str = "problem"
     # Split of --prompt-data when it is a DatasetDict.
     split: str = "train"
-    # Template applied to --prompt-data questions (precision_oat.templates), or "chat".
+    # Template applied to --prompt-data questions (precision_oat.tasks.templates), or "chat".
     prompt_template: str = "no"
     # Largest operand of the arithmetic prompts (when --prompt-data is not given).
     max_operand: int = 49
@@ -33,8 +33,8 @@ def load_prompts(source: PromptSource, tokenizer) -> list[str]:
 
         task = ArithmeticTask(max_operand=source.max_operand)
         return [task.render(ex) for ex in task.train_set()[: source.num_prompts]]
-    from precision_oat.data import load_examples
-    from precision_oat.templates import apply_template
+    from precision_oat.tasks.data import load_examples
+    from precision_oat.tasks.templates import apply_template
 
     # No reference answers are needed, so the prompt column also serves as the answer column.
     examples = load_examples(source.prompt_data, split=source.split, input_key=source.input_key,

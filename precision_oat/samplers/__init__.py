@@ -1,4 +1,4 @@
-"""Samplers behind the seam of :mod:`precision_oat.sampling`, shared by every engine.
+"""Samplers behind the seam of :mod:`precision_oat.samplers.sampler`, shared by every engine.
 
     builtin       KV-cache decoding on a private copy of the weights (any device, no vLLM)
     vllm_sampler  an in-process vLLM engine (imported only when built)
@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from precision_oat.args import RolloutArgs
-from precision_oat.precision import Precision
+from precision_oat.precision.policy import Precision
 
 
 def build_sampler(policy, precision: Precision, device: torch.device, rollout: RolloutArgs, seed: int,
@@ -27,7 +27,7 @@ def build_sampler(policy, precision: Precision, device: torch.device, rollout: R
 
         return vllm_sampler_for(policy, precision.vllm_dtype(), rollout, seed, folder,
                                 longest_response or rollout.max_new_tokens)
-    from precision_oat.samplers.builtin import KVCacheSampler
+    from precision_oat.samplers.kv_cache import KVCacheSampler
 
     return KVCacheSampler(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id,
                           fp32_head=precision.fp32_head)

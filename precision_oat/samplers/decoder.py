@@ -101,6 +101,6 @@ class Decoder:
             x = self._linear((F.silu(gate.float()) * up.float()).to(h.dtype), pre + "mlp.down_proj")
         h, _ = self._norm(x[:, -1:], residual[:, -1:], "model.norm.weight")
         head = self.p[self.lm_head]
-        if self.fp32_head:  # --lm-head-dtype fp32 (precision_oat.lm_head)
+        if self.fp32_head:  # --lm-head-dtype fp32 (precision_oat.precision.lm_head)
             return F.linear(h[:, 0].float(), head.float()), new_cache
         return F.linear(h[:, 0], head), new_cache

@@ -1,4 +1,4 @@
-"""vLLM as a sampler behind the sampler seam (:mod:`precision_oat.sampling`).
+"""vLLM as a sampler behind the sampler seam (:mod:`precision_oat.samplers.sampler`).
 
 The engine runs in this process (``vllm.LLM`` with the V1 engine core in-process), so the
 learner pushes weights straight into vLLM's model after every update: no server, no
@@ -20,7 +20,7 @@ Departures from vLLM's defaults:
        for the whole process; both are restored after start-up, since the learner shares
        the process and its threads.
     4. ``generation_config="vllm"``, ``ignore_eos=True``: sampling is exactly the
-       :class:`~precision_oat.sampling.SamplingParams` given, not the checkpoint's defaults,
+       :class:`~precision_oat.samplers.sampler.SamplingParams` given, not the checkpoint's defaults,
        and only ``stop_token_ids`` end a response.
     5. ``skip_tokenizer_init=True``: prompts go in as token ids and responses come out as
        ids, so sampler and learner see identical tokens and no tokenizer is needed.
@@ -53,7 +53,7 @@ from typing import Iterable, Optional
 
 import torch
 
-from precision_oat.sampling import Completion, SamplingParams
+from precision_oat.samplers.sampler import Completion, SamplingParams
 
 INSTALL_HINT = (
     "VLLMSampler needs vLLM. On a CUDA machine: pip install precision-oat[vllm]. "
@@ -72,7 +72,7 @@ def is_vllm_available() -> bool:
 
 
 class VLLMSampler:
-    """A :class:`~precision_oat.sampling.Sampler` backed by an in-process ``vllm.LLM``.
+    """A :class:`~precision_oat.samplers.sampler.Sampler` backed by an in-process ``vllm.LLM``.
 
     Args:
         model_path: a Hugging Face checkpoint folder (``save_pretrained``) of an architecture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from precision_oat.errors import UserError
-from precision_oat.tasks.base import Example, Task
+from precision_oat.tasks.task import Example, Task
 
 __all__ = ["Example", "Task", "build_task"]
 

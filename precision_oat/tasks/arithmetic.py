@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.tasks.base import Example, Task
+from precision_oat.tasks.task import Example, Task
 
 # The --prompt-template values of this task: the raw sum, worked examples first, or the tokenizer's chat format.
 ARITHMETIC_TEMPLATES = ("no", "fewshot", "chat")

@@ -37,7 +37,7 @@ import re
 from typing import Optional, Sequence
 
 from precision_oat.errors import UserError
-from precision_oat.tasks.base import Example, Task
+from precision_oat.tasks.task import Example, Task
 
 # Numbers of the count that the prompt writes out before the response takes over.
 SHOWN = 10

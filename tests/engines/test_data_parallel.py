@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from precision_oat.data_parallel import World, check_layout, check_same_config
+from precision_oat.distributed.world import World, check_layout, check_same_config
 from precision_oat.errors import UserError
 
 COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--learner", "deepspeed", "--zero-stage", "1",

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from precision_oat.args import algorithm_spec
-from precision_oat.engines.local.loop import build_learner, train
+from precision_oat.backends.local.loop import build_learner, train
 from precision_oat.errors import UserError
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args

@@ -11,9 +11,9 @@ import json
 import torch
 from transformers import AutoModelForCausalLM
 
-from precision_oat.engines.local.loop import train
-from precision_oat.rl_step import RLStep
-from precision_oat.seeds import SHUFFLE, derive_seed
+from precision_oat.backends.local.loop import train
+from precision_oat.rl.step import RLStep
+from precision_oat.rl.seeds import SHUFFLE, derive_seed
 from tests.engines.helpers import make_args
 
 EPS = 0.1

@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from precision_oat.actor import PrecisionActor
+from precision_oat.rl.actor import PrecisionActor
 from precision_oat.args import RolloutArgs
-from precision_oat.engines.local.loop import train
-from precision_oat.samplers.builtin import KVCacheSampler
+from precision_oat.backends.local.loop import train
+from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args

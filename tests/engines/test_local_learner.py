@@ -7,11 +7,11 @@ import torch
 
 from precision_oat.algorithms import RECIPES
 from precision_oat.args import algorithm_spec
-from precision_oat.engines.local.loop import build_learner
-from precision_oat.samplers.builtin import KVCacheSampler
-from precision_oat.mismatch import mismatch_metrics
-from precision_oat.rollout import collate
-from precision_oat.sampling import SamplingParams
+from precision_oat.backends.local.loop import build_learner
+from precision_oat.samplers.kv_cache import KVCacheSampler
+from precision_oat.precision.mismatch_metrics import mismatch_metrics
+from precision_oat.rl.rollout import collate
+from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
 

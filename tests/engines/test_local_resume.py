@@ -6,8 +6,8 @@ import json
 import torch
 from transformers import AutoModelForCausalLM
 
-from precision_oat.engines.local.checkpoint import latest_checkpoint
-from precision_oat.engines.local.loop import train
+from precision_oat.runs.checkpoint import latest_checkpoint
+from precision_oat.backends.local.loop import train
 from tests.engines.helpers import make_args
 
 
@@ -42,7 +42,7 @@ def test_trainer_state_loads_without_unpickling_code_and_restores_every_rng():
 
     import numpy as np
 
-    from precision_oat.engines.local.checkpoint import rng_states, set_rng_states
+    from precision_oat.runs.checkpoint import rng_states, set_rng_states
 
     torch.manual_seed(1), random.seed(2), np.random.seed(3)
     np.random.standard_normal()  # numpy now holds a cached gaussian as well

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.run_lock import RunLock
+from precision_oat.runs.lock import RunLock
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -153,7 +153,7 @@ def test_a_second_run_in_a_locked_folder_stops_at_once(on_copies):
 
 def test_the_lock_dies_with_its_process(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from precision_oat.run_lock import RunLock; lock = RunLock(Path(sys.argv[1])); "
+                               "from precision_oat.runs.lock import RunLock; lock = RunLock(Path(sys.argv[1])); "
                                "print('held', flush=True); time.sleep(60)", str(tmp_path)],
                               env=ENV, text=True, stdout=subprocess.PIPE)
     assert holder.stdout.readline().strip() == "held"

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from precision_oat.samplers.decoder import Decoder
-from precision_oat.samplers.builtin import KVCacheSampler, sample_next
-from precision_oat.sampling import SamplingParams
+from precision_oat.samplers.kv_cache import KVCacheSampler, sample_next
+from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
 
 PROMPTS = [[3, 4, 5], [7, 8], [9, 10, 11, 12, 13]]
@@ -100,7 +100,7 @@ def test_a_response_depends_on_its_place_in_the_batch_not_on_the_other_rows():
 
 
 def test_an_fp16_sampler_whose_logits_overflow_says_so_in_one_line():
-    from precision_oat.precision import PrecisionError
+    from precision_oat.precision.policy import PrecisionError
 
     model = tiny_model()
     with torch.no_grad():

@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def oat_policy_dir(embedded_policy_dir, tmp_path_factory):
     """The warmed-up embedded policy, as the Oat backend hands it to Oat (readable by transformers 4.51)."""
-    from precision_oat.engines.oat.program import portable_embedded_policy
+    from precision_oat.backends.oat.program import portable_embedded_policy
 
     return portable_embedded_policy(tmp_path_factory.mktemp("oat-policy"))
 
@@ -45,7 +45,7 @@ def oat_policy_dir(embedded_policy_dir, tmp_path_factory):
 @pytest.fixture
 def oat_args(oat_policy_dir, tmp_path):
     """``oat_args(*flags, cuda_devices=0)``: our command line mapped onto Oat's PPOArgs."""
-    from precision_oat.engines.oat.args import to_oat_args
+    from precision_oat.backends.oat.oat_args import to_oat_args
     from precision_oat.presets import parse_args
 
     def make(*flags: str, cuda_devices: int = 0):

@@ -14,7 +14,7 @@ from deepspeed.runtime.fp16.loss_scaler import (
     SCALE_WINDOW,
 )
 
-from precision_oat.engines.oat.strategy import PrecisionStrategy, get_precision_strategy
+from precision_oat.backends.oat.strategy import PrecisionStrategy, get_precision_strategy
 
 
 def strategy_for(oat_args, *flags):

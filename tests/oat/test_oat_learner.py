@@ -1,7 +1,7 @@
-"""``PrecisionLearner``'s learning step on CPU: real Oat learner, real DeepSpeed engine (bf16, fp32).
+"""``OatLearner``'s learning step on CPU: real Oat learner, real DeepSpeed engine (bf16, fp32).
 
 The learner runs in this process with no actors (Oat's ``_init`` then skips the weight-sync
-group). Rollouts come from ``PrecisionActor.rollout`` with the built-in sampler on the embedded
+group). Rollouts come from ``OatActor.rollout`` with the built-in sampler on the embedded
 policy; their rewards are then replaced by a fixed pattern with variance in every group, so that
 advantages and gradients are non-zero however well the policy adds.
 """
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from precision_oat.algorithms import compose
-from precision_oat.engines.local.loop import build_learner
-from precision_oat.engines.oat.actor import PrecisionActor
-from precision_oat.engines.oat.learner import PrecisionLearner
-from precision_oat.rollout import collate
-from precision_oat.sampling import Completion
+from precision_oat.backends.local.loop import build_learner
+from precision_oat.backends.oat.oat_actor import OatActor
+from precision_oat.backends.oat.oat_learner import OatLearner
+from precision_oat.rl.rollout import collate
+from precision_oat.samplers.sampler import Completion
 
 FLAGS = ("--prompts-per-step", "4", "--num-samples", "4", "--max-new-tokens", "4", "--micro-batch-size", "4",
          "--learning-rate", "1e-3")
@@ -25,9 +25,9 @@ MISMATCH = ["mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff
 
 def learner_and_rollout(oat_args, dtype, algo="grpo-tis"):
     args = oat_args("--dtype", dtype, "--algo", algo, *FLAGS)
-    learner = compose(args.algorithm, PrecisionLearner)(1, 0, 0, args.master_addr, 0, True, args, [], None)
+    learner = compose(args.algorithm, OatLearner)(1, 0, 0, args.master_addr, 0, True, args, [], None)
     learner._init(args, [])
-    actor = PrecisionActor(None, {}, args)
+    actor = OatActor(None, {}, args)
     actor.attach(actor.builtin_sampler())
     rows = learner.prompts_dataset[:4]
     torch.manual_seed(0)

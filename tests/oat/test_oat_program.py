@@ -1,7 +1,7 @@
 """End to end: ``python -m precision_oat.main --backend oat`` on CPU, two RL steps.
 
 Oat's real program under launchpad (local multiprocessing): a Plasma IPC server, one
-``PrecisionActor`` with the built-in sampler and one ``PrecisionLearner`` on DeepSpeed, with
+``OatActor`` with the built-in sampler and one ``OatLearner`` on DeepSpeed, with
 Oat's weight broadcast (gloo) between them. Each run takes about 25 s on 2 cores.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from precision_oat.sampling import SamplingParams
+from precision_oat.samplers.sampler import SamplingParams
 
 pytestmark = pytest.mark.requires_vllm
 

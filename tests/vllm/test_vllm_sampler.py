@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from precision_oat.samplers.vllm_sampler import VLLMSampler
-from precision_oat.sampling import SamplingParams
+from precision_oat.samplers.sampler import SamplingParams
 
 pytestmark = pytest.mark.requires_vllm
 

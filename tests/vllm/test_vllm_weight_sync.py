@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from precision_oat.sampling import SamplingParams
+from precision_oat.samplers.sampler import SamplingParams
 
 pytestmark = pytest.mark.requires_vllm
 

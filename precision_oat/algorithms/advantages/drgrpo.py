@@ -9,7 +9,7 @@ Pair with the ``constant`` reduction for the paper's full recipe.
 
 import torch
 
-from ..base import AlgorithmSpec
+from ..policy_loss import AlgorithmSpec
 from ..registry import register
 from ._group import as_groups
 

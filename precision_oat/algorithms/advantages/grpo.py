@@ -8,7 +8,7 @@ over the G samples of one prompt; std is the unbiased (n − 1) estimate and
 
 import torch
 
-from ..base import AlgorithmSpec
+from ..policy_loss import AlgorithmSpec
 from ..registry import register
 from ._group import as_groups
 

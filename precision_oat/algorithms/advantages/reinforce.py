@@ -8,7 +8,7 @@ reinforcement learning".
 
 import torch
 
-from ..base import AlgorithmSpec
+from ..policy_loss import AlgorithmSpec
 from ..registry import register
 
 

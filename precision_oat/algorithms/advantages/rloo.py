@@ -9,7 +9,7 @@ Ahmadian et al. 2024 (arXiv 2402.14740).
 
 import torch
 
-from ..base import AlgorithmSpec
+from ..policy_loss import AlgorithmSpec
 from ..registry import register
 from ._group import as_groups
 

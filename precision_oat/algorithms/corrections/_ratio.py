@@ -2,7 +2,7 @@
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch, masked_sum
+from ..policy_loss import AlgorithmSpec, PolicyBatch, masked_sum
 
 
 def require_cap(algo: AlgorithmSpec, name: str) -> float:

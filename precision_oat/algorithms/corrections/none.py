@@ -5,7 +5,7 @@ Registered so that ``--correction none`` names a class like every other choice.
 
 import torch
 
-from ..base import PolicyBatch, Stats
+from ..policy_loss import PolicyBatch, Stats
 from ..registry import register
 
 

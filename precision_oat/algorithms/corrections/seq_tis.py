@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch, Stats
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats
 from ..registry import register
 from ._ratio import require_cap, seq_log_ratio
 

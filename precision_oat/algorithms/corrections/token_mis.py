@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch, Stats, masked_mean
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_mean
 from ..registry import register
 from ._ratio import require_cap, token_log_ratio
 

@@ -10,7 +10,7 @@ trainer vs trainer, so it does not see the sampler; pair it with a correction fo
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch, Stats, masked_mean
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_mean
 from ..registry import register
 
 

@@ -11,7 +11,7 @@ geometric mean. Zheng et al. 2025, "Group Sequence Policy Optimization" (arXiv 2
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch, Stats, masked_sum
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum
 from ..registry import register
 
 

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch, Stats, masked_sum
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum
 from ..registry import register
 
 

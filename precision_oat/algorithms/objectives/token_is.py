@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch, Stats, masked_mean
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_mean
 from ..registry import register
 
 

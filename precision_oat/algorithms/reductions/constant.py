@@ -8,7 +8,7 @@ response, removing GRPO's length bias. Liu et al. 2025 (arXiv 2503.20783), §3.2
 
 import torch
 
-from ..base import AlgorithmSpec, PolicyBatch
+from ..policy_loss import AlgorithmSpec, PolicyBatch
 from ..registry import register
 
 

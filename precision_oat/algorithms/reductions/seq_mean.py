@@ -8,7 +8,7 @@ Each sequence weighs the same whatever its length, which biases towards long wro
 
 import torch
 
-from ..base import PolicyBatch
+from ..policy_loss import PolicyBatch
 from ..registry import register
 
 

@@ -8,7 +8,7 @@ Every response token weighs the same, so long responses dominate. Used by DAPO
 
 import torch
 
-from ..base import PolicyBatch
+from ..policy_loss import PolicyBatch
 from ..registry import register
 
 

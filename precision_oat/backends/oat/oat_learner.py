@@ -1,0 +1,198 @@
+"""``OatLearner``: Oat's PPO learner whose update is the shared RL step.
+
+It is both a :class:`~precision_oat.rl.step.RLStep` and an Oat ``PPOLearner``; the algorithm
+is the mixins placed before it (``compose(spec, OatLearner)`` builds that class from
+``--algo``), exactly as in the local engine. What it overrides, and why:
+
+    _init                           DeepSpeed config from the Precision policy (strategy.py);
+                                    metrics to metrics.jsonl; ``self.algo`` = our AlgorithmSpec
+    prepare_data                    prompts from the task instead of Oat's dataset flags
+    compute_monte_carlo_advantages  answered by the advantage mixin (``compute_advantages``)
+    learning_step                   Oat's trajectory as a :class:`Rollout`, then ``RLStep.update``
+                                    (π_old, mismatch, advantages, mini/micro-batches, statistics)
+    learn                           metric names: the shared keys at top level, as the local engine
+    evaluate                        every benchmark of the task, as ``eval/<benchmark>/avg@n``,
+                                    ``pass@k`` and ``response_length`` (the local engine's keys)
+
+What is Oat's own here are the four engine hooks of ``RLStep``: the forward through Oat's
+``get_batch_logps``, and backward / step / loss scale through Oat's DeepSpeed strategy.
+DeepSpeed divides each backward by its accumulation steps; the loss is multiplied back to
+undo that, since the shared step already normalises by the whole mini-batch.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import launchpad as lp
+import torch
+import torch.distributed as dist
+from oat.algorithms.ppo import PPOLearner
+from torch.utils.data import DataLoader
+
+from precision_oat.rl.actor import check_prompt_lengths
+from precision_oat.backends.oat.cpu import install_cpu_shims, learner_device
+from precision_oat.backends.oat.prompt_rows import prompt_row
+from precision_oat.backends.oat.oat_log import OatRunLog
+from precision_oat.backends.oat.strategy import learner_base_hooks
+from precision_oat.tasks.evaluation import summarize
+from precision_oat.rl.step import RLStep, UpdateSettings
+from precision_oat.rl.rollout import Rollout
+from precision_oat.tasks import build_task
+
+# Written to the output folder when the learner fails.
+LEARNER_ERROR = "learner_error.txt"
+
+
+class OatLearner(RLStep, PPOLearner):
+    def _init(self, args, actors) -> None:
+        install_cpu_shims()
+        with learner_base_hooks(args.master_addr):
+            super()._init(args, actors)
+        # Oat keeps its algorithm enum in self.algo; from here on it is our AlgorithmSpec.
+        self.algo = args.algorithm
+        self.precision = args.precision
+        self.device = learner_device()
+        source = args.source.train
+        self.settings = UpdateSettings(
+            micro_batch_size=args.train_batch_size_per_device,
+            train_batch_size=args.train_batch_size_per_device * self.strategy.grad_acc_step,
+            num_epochs=args.num_ppo_epochs,
+            seed=args.seed,
+            temperature=args.temperature,
+            self_consistent_old_logprobs=source.self_consistent_old_logprobs,
+        )
+        if self.strategy.is_rank_0():
+            self.strategy.print("precision policy:\n" + self.precision.describe())
+            # Oat logs through self._wandb.log(dict) on rank 0; metrics.jsonl (and wandb) take its place.
+            self._wandb = OatRunLog(args)
+
+    def run(self) -> None:
+        """Oat's main loop. On failure the reason goes to OUTPUT_DIR/learner_error.txt and the
+        whole program stops; ``program.run`` raises it (launchpad alone would keep waiting)."""
+        try:
+            super().run()
+        except BaseException:
+            Path(self.args.output_dir, LEARNER_ERROR).write_text(traceback.format_exc())
+            lp.stop()
+            raise
+
+    # --- data ---
+
+    def prepare_data(self, strategy, tokenizer) -> None:
+        self.task = build_task(self.args.source.task, self.args.source.eval, tokenizer)
+        rows = [prompt_row(self.task, e) for e in self.task.train_set()]
+        check_prompt_lengths([len(tokenizer(r[0], add_special_tokens=False).input_ids) for r in rows],
+                             self.args.prompt_max_length)
+        # (formatted prompt, question, reference): what Oat's collector hands the actors.
+        self.prompts_dataset = rows
+        self.prompts_dataloader = strategy.setup_dataloader(
+            rows, self.args.rollout_batch_size_per_device, pin_memory=True, shuffle=True
+        )
+        self.eval_sets = {
+            name: [prompt_row(self.task, e) for e in examples] for name, examples in self.task.eval_sets().items()
+        }
+        self.eval_prompts_dataset = [row for rows_ in self.eval_sets.values() for row in rows_]
+        self.eval_prompts_dataloader = None
+
+    # --- advantages ---
+
+    def compute_monte_carlo_advantages(self, rewards: torch.Tensor, response_masks: torch.Tensor) -> torch.Tensor:
+        """Oat's hook, answered by the advantage mixin: dense rewards [N, T] → A [N]."""
+        del response_masks
+        per_response = rewards.sum(-1).view(-1, self.args.num_samples)
+        return self.compute_advantages(per_response).reshape(-1)
+
+    # --- learning ---
+
+    def learn(self, learning_round: int) -> dict:
+        info = super().learn(learning_round)
+        return {_top_level(k): v for k, v in info.items()}
+
+    def learning_step(self, trajectory: dict) -> dict:
+        stats = self.update(self._rollout(trajectory), self.global_step)
+        return {k: torch.tensor(v, dtype=torch.float64) for k, v in stats.items()}
+
+    def _rollout(self, trajectory: dict) -> Rollout:
+        """Oat's trajectory batch (N responses, G per prompt) as the shared :class:`Rollout`."""
+        input_ids = trajectory["input_ids"].to(self.device)
+        attention = trajectory["attention_mask"].to(self.device)
+        response = self.get_completion_mask(attention, trajectory["prompt_ids_lens"])[:, 1:].float()
+        # Oat's per-response loss mask (responses it was told to ignore) drops them from the update.
+        response = response * torch.tensor(trajectory["loss_masks"], device=self.device).float()[:, None]
+        sampler_logprobs = torch.zeros_like(response)
+        for i, logps in enumerate(trajectory["action_logprobs"]):
+            sampler_logprobs[i, response[i] > 0] = torch.tensor(logps, device=self.device, dtype=torch.float32)
+        rewards = torch.tensor([r[-1] for r in trajectory["rewards"]], device=self.device).float() * self.args.reward_scale
+        return Rollout(input_ids, attention.long(), response, sampler_logprobs, rewards, self.args.num_samples)
+
+    # --- the engine hooks of RLStep ---
+
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        logprobs, _ = self.get_batch_logps(self.model, input_ids, attention_mask, temperature=self.args.temperature)
+        return logprobs
+
+    def set_train(self, mode: bool) -> None:
+        self.model.train(mode)
+
+    def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
+        self.strategy.backward(loss * self.strategy.grad_acc_step, self.model, self.optimizer)
+        if not last_micro_batch:
+            self.strategy.optimizer_step(self.optimizer, self.model, self.scheduler)
+
+    def optimizer_step(self) -> tuple[float, bool]:
+        engine = self.model.model
+        # Plain fp32 ZeRO-0 has no norm of DeepSpeed's own: take it before the step.
+        own_norm = float(self.strategy.get_gradient_norm(self.model))
+        skipped_before = engine.skipped_steps
+        self.strategy.optimizer_step(self.optimizer, self.model, self.scheduler)
+        skipped = engine.skipped_steps > skipped_before
+        ds_norm = engine.get_global_grad_norm()
+        norm = float(ds_norm) if ds_norm is not None else own_norm
+        return (float("inf") if skipped else norm), skipped
+
+    def precision_stats(self) -> dict[str, float]:
+        engine = self.model.model
+        return {
+            "train/loss_scale": float(getattr(engine.optimizer, "loss_scale", 1.0)),
+            "train/skipped_steps": float(engine.skipped_steps),
+            "train/optimizer_steps": float(engine.global_steps - engine.skipped_steps),
+        }
+
+    def trainable_weights(self):
+        return (p for p in self.model.model.module.parameters() if p.requires_grad)
+
+    # --- evaluation ---
+
+    def evaluate(self, dataloader, steps) -> dict:
+        """Every benchmark of the task through Oat's actors; the local engine's ``eval/…`` keys."""
+        del dataloader
+        self._pre_evaluate()
+        results = {}
+        if self.strategy.is_rank_0():
+            for name, rows in self.eval_sets.items():
+                questions = []
+                loader = DataLoader(rows, batch_size=self.args.eval_batch_size, shuffle=False, collate_fn=_transpose)
+                for i, (processed, prompts, references) in enumerate(loader):
+                    actor = self.actors[i % len(self.actors)]
+                    responses, correct = actor.futures.generate_and_maybe_eval(prompts, processed, references).result()
+                    for texts, oks in zip(responses, correct):
+                        lengths = [len(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+                        questions.append(list(zip(map(bool, oks), lengths)))
+                results[name] = questions
+        dist.barrier()
+        metrics = [summarize(results) if results else {}]
+        dist.broadcast_object_list(metrics, src=0)
+        self._post_evaluate()
+        return metrics[0]
+
+
+def _transpose(rows):
+    return tuple(list(column) for column in zip(*rows))
+
+
+def _top_level(key: str) -> str:
+    """Oat's ``learn`` puts ``train/`` before every key of ``learning_step``; the shared keys already have a group."""
+    inner = key.removeprefix("train/")
+    return inner if "/" in inner else key

@@ -1,0 +1,126 @@
+"""``run(args)``: precision-oat's learner and actor in Oat's program, launched with launchpad.
+
+    launcher (this process)   maps the args, resolves the model folder, builds Oat's program
+    ipc_server                Plasma shared memory: rollouts from actors to learners
+    actor_0_i                 OatActor: sampler (vLLM or built-in) + task rewards
+    learner_0_i               OatLearner: DeepSpeed, policy_loss, weight broadcast
+
+On a CPU-only machine the layout is one actor and one learner sharing "device 0", the
+built-in sampler, gloo everywhere, and a bf16 or fp32 trainer (DeepSpeed refuses fp16
+without a GPU). ``python -m precision_oat.main --backend oat …`` lands here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from precision_oat import stacks
+from precision_oat.args import Args
+from precision_oat.runs.folder import output_dir_for, start_new_run, summarize_run, write_json
+from precision_oat.runs.lock import RunLock
+
+
+def portable_embedded_policy(folder: Path) -> Path:
+    """The embedded policy's weights in ``folder``, with a tokenizer saved by this venv's transformers.
+
+    The cached policy may have been written by the core venv's newer transformers, whose
+    tokenizer files transformers 4.51 (Oat's) cannot read; weights and config load in both.
+    """
+    from precision_oat.tasks.arithmetic import char_tokenizer, embedded_policy
+
+    source = embedded_policy()
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        if (source / name).is_file():
+            shutil.copy2(source / name, folder / name)
+    char_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def resolve_pretrain(args: Args, out: Path) -> str:
+    """A folder (or hub id) that ``from_pretrained`` loads without extra arguments, as Oat does."""
+    m = args.model
+    if m.model is None:
+        return str(portable_embedded_policy(out / "initial_model"))
+    if m.gguf_file is None:
+        return m.model
+    # Oat loads the policy with a bare from_pretrained: dequantise the GGUF checkpoint once.
+    folder = out / "initial_model"
+    if not (folder / "config.json").is_file():
+        from precision_oat.models import load_policy
+
+        policy = load_policy(m)
+        policy.model.save_pretrained(folder)
+        policy.tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def build_program(args: Args, out: Path):
+    """Oat's ``get_program`` with our learner (composed from ``--algo``) and actor."""
+    from oat.interface import get_program
+
+    from precision_oat.algorithms import compose
+    from precision_oat.backends.oat.oat_actor import OatActor
+    from precision_oat.backends.oat.oat_args import to_oat_args
+    from precision_oat.backends.oat.cpu import one_device_for_layout
+    from precision_oat.backends.oat.oat_learner import OatLearner
+
+    pretrain = resolve_pretrain(args, out)
+    oat_args = to_oat_args(args, pretrain=pretrain, output_dir=out, cuda_devices=torch.cuda.device_count())
+    learner_cls = compose(oat_args.algorithm, OatLearner)
+    with one_device_for_layout():
+        program, resources = get_program(oat_args, learner_cls=learner_cls, actor_cls=OatActor)
+    return oat_args, program, resources
+
+
+def run(args: Args) -> dict:
+    """Launch the program, wait for it, and return the run's summary (also OUTPUT_DIR/summary.json)."""
+    stacks.require("oat")
+    out = output_dir_for(args).resolve()
+    # One run at a time in a folder; a new run never writes over an old one.
+    with RunLock(out):
+        start_new_run(out, args)
+        return launch(args, out)
+
+
+def launch(args: Args, out: Path) -> dict:
+    """Build Oat's program for the claimed folder ``out``, run it to the end, and summarise it."""
+    import launchpad as lp
+
+    oat_args, program, resources = build_program(args, out)
+    spec, r = oat_args.algorithm, args.rollout
+    print(
+        f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
+        f"{spec.correction} / {spec.reduction}) · sampler {oat_args.sampler} · {oat_args.gpus} device(s)"
+        f"{' collocated' if oat_args.collocate else ''}\nprecision policy:\n{oat_args.precision.describe()}",
+        flush=True,
+    )
+    if oat_args.sampler == "vllm" and (r.temperature != 1.0 or r.top_p != 1.0):
+        print("warning: vLLM 0.8.4 reports log μ before temperature/top-p; the mismatch metrics assume "
+              "--temperature 1 --top-p 1", file=sys.stderr, flush=True)
+
+    from precision_oat.backends.oat.oat_learner import LEARNER_ERROR
+
+    error = out / LEARNER_ERROR
+    error.unlink(missing_ok=True)
+    manager = lp.launch(program, launch_type=oat_args.launch_type, local_resources=resources, terminal="current_terminal")
+    try:
+        manager.wait()
+    except BaseException:
+        manager.stop_and_wait()
+        raise
+
+    if error.is_file():
+        raise RuntimeError(f"the Oat learner failed:\n{error.read_text()}")
+    metrics = out / "metrics.jsonl"
+    history = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    if not any("loss/policy" in h for h in history):
+        raise RuntimeError(f"the Oat program ended without a training step; see the log above and {out}")
+    summary = summarize_run([h for h in history if "reward/mean" in h], out)
+    write_json(out / "summary.json", summary)
+    return summary

@@ -1,0 +1,1 @@
+"""Several processes on one step: the world of ranks, its collectives, and the process group."""

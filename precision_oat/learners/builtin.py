@@ -1,0 +1,159 @@
+"""The built-in learner: full-sequence scoring in the trainer dtype, fp32 master weights.
+
+``PrecisionLearner`` is an :class:`~precision_oat.rl.step.RLStep`: the update itself (π_old,
+mismatch, advantages, mini/micro-batches, statistics) is the shared one, and the algorithm is
+whatever mixins sit before it in the MRO (``compose(spec, PrecisionLearner)`` builds that from
+``--algo``). What is its own: compute weights in the trainer dtype with fp32 masters
+(:mod:`~precision_oat.learners.master_weights`), our loss scaler, AdamW, LoRA merging,
+and its checkpoint state.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from functools import partial
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from precision_oat.algorithms import AlgorithmSpec
+from precision_oat.args import LoraArgs, TrainArgs
+from precision_oat.learners.master_weights import MasterWeights
+from precision_oat.learners.lora import add_lora, merged_lora_weights
+from precision_oat.precision.lm_head import use_fp32_head
+from precision_oat.precision.loss_scaler import LossScaler
+from precision_oat.precision.policy import Precision
+from precision_oat.rl.step import RLStep, UpdateSettings
+from precision_oat.rl.scoring import token_logprobs
+
+
+class PrecisionLearner(RLStep):
+    def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
+                 train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
+        model = self.adopt(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
+        self.model = model.to(device=device, dtype=precision.trainer_dtype)
+        if precision.fp32_head:
+            use_fp32_head(self.model)
+        self.model.train()
+        trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.weights = MasterWeights(trainable, precision.master_dtype)
+        self.optimizer = torch.optim.AdamW(
+            self.weights.master, lr=train.learning_rate, betas=train.adam_betas, weight_decay=train.weight_decay
+        )
+        self.scaler = LossScaler(precision.loss_scaling)
+        self.optimizer_steps = 0
+        self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature)
+
+    def adopt(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
+              train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool) -> torch.nn.Module:
+        """Keep the settings; return ``model`` in fp32, with LoRA adapters and gradient checkpointing as asked."""
+        self.algo = algo
+        self.precision = precision
+        self.settings = settings
+        self.train_args = train
+        self.device = device
+        self.config = model.config
+        model = model.float()
+        # Exact fp32 weights for export and for merging LoRA; kept only when the compute
+        # weights cannot give them back (frozen base weights in a narrower dtype).
+        self.base_weights = None
+        if lora.lora_rank > 0:
+            self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+            model = add_lora(model, lora)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if lora.lora_rank > 0:
+                model.enable_input_require_grads()
+        return model
+
+    # --- the engine hooks of RLStep ---
+
+    def set_train(self, mode: bool) -> None:
+        self.model.train(mode)
+
+    def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
+        (loss * self.scaler.scale).backward()
+        self.weights.accumulate_grads()
+
+    def optimizer_step(self) -> tuple[float, bool]:
+        """Unscale, check for inf/nan, clip and step; skip the step on overflow."""
+        self.weights.scale_grads(1.0 / self.scaler.scale)
+        max_norm = self.train_args.max_grad_norm
+        grads = [m for m in self.weights.master if m.grad is not None]
+        norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm if max_norm is not None else math.inf))
+        skip = self.scaler.update(overflow=not math.isfinite(norm))
+        if not skip:
+            self.optimizer.step()
+            self.weights.copy_to_compute()
+            self.optimizer_steps += 1
+        self.weights.zero_grad()
+        return norm, skip
+
+    def trainable_weights(self) -> list[torch.Tensor]:
+        return self.weights.master
+
+    def precision_stats(self) -> dict[str, float]:
+        return {
+            "train/loss_scale": self.scaler.scale,
+            "train/skipped_steps": float(self.scaler.skipped_steps),
+            "train/optimizer_steps": float(self.optimizer_steps),
+        }
+
+    # --- weights out ---
+
+    @torch.no_grad()
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, master-precision tensor) of every weight that training can change.
+
+        With LoRA these are the merged weights W + (α/r)·B·A of the adapted layers, computed
+        from the fp32 masters, so the sampler never sees the adapters' rounding.
+        """
+        if self.base_weights is None:
+            yield from self.weights.named_master()
+            return
+        yield from merged_lora_weights(self.model, dict(self.weights.named_master()), self.base_weights)
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """Every weight of the policy in fp32, under plain HF names (LoRA merged)."""
+        if self.base_weights is not None:
+            state = dict(self.base_weights)
+        else:
+            state = {n: p.detach().float().cpu() for n, p in self.model.named_parameters()}
+        state.update({n: w.detach().float().cpu() for n, w in self.export_weights()})
+        return state
+
+    def export_model(self) -> torch.nn.Module:
+        """The current policy as a plain fp32 HF model on the CPU (LoRA merged)."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(self.config)).float()
+        model.load_state_dict(self.full_state(), strict=False)
+        return model.eval()
+
+    # --- checkpoint state ---
+
+    def save_state(self, folder: Path) -> None:
+        """Masters, optimiser and loss scaler into ``folder/learner_state.pt`` (tensors and plain values only)."""
+        torch.save(self.state_dict(), folder / "learner_state.pt")
+
+    def load_state(self, folder: Path) -> None:
+        self.load_state_dict(torch.load(folder / "learner_state.pt", weights_only=True, map_location=self.device))
+
+    def state_dict(self) -> dict:
+        return {
+            "master": {n: m.detach().cpu() for n, m in self.weights.named_master()},
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "optimizer_steps": self.optimizer_steps,
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        for name, m in self.weights.named_master():
+            m.copy_(state["master"][name])
+        self.weights.copy_to_compute()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.optimizer_steps = state["optimizer_steps"]

@@ -1,0 +1,81 @@
+"""DeepSpeed engines configured by the precision policy (imported only where DeepSpeed is used).
+
+DeepSpeed needs ``torch.distributed``; a single process gets a one-rank group here (gloo on
+CPU, nccl on CUDA) unless a launcher (``torchrun``, ``deepspeed``) already set one up. The
+fp16 / bf16 sections of the config come from :meth:`Precision.deepspeed_config`: DeepSpeed's
+own dynamic loss scaler, fp32 master weights inside its optimiser.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Optional
+
+import torch
+
+from precision_oat.errors import UserError
+from precision_oat.precision.policy import Precision
+
+INSTALL_HINT = ('DeepSpeed is not installed: pip install -e ".[deepspeed]" (on CPU set DS_BUILD_OPS=0 and pass '
+                "--no-build-isolation after installing torch)")
+
+
+def import_deepspeed():
+    try:
+        import deepspeed
+    except ImportError as e:
+        raise UserError(f"--learner deepspeed: {INSTALL_HINT}") from e
+    return deepspeed
+
+
+def ensure_process_group(device: torch.device) -> None:
+    """A one-rank process group for this process, unless one exists."""
+    import torch.distributed as dist
+
+    # DeepSpeed reads these even when a group exists (an in-process vLLM engine makes one).
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    if dist.is_initialized():
+        return
+    import_deepspeed().init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
+
+
+def engine_config(precision: Precision, micro_batch_size: int, zero_stage: int, max_grad_norm: Optional[float],
+                  optimizer: Optional[dict] = None) -> dict:
+    """A DeepSpeed config: the precision sections, ZeRO, clipping and (optionally) the optimiser."""
+    if precision.trainer == "fp16" and not torch.cuda.is_available():
+        raise UserError("--dtype fp16 with DeepSpeed needs a CUDA device (DeepSpeed refuses fp16 on CPU); "
+                        "use --learner builtin, or --dtype bf16/fp32")
+    if zero_stage not in (0, 1, 2, 3):
+        raise UserError(f"--zero-stage {zero_stage}: must be 0, 1, 2 or 3")
+    config = {
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        # Accumulation is ours: the boundary is set by hand on the last micro-batch of a step.
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": max_grad_norm or 0.0,
+        "zero_optimization": {"stage": zero_stage},
+        "steps_per_print": 2**62,
+        "wall_clock_breakdown": False,
+        **precision.deepspeed_config(),
+    }
+    if optimizer is not None:
+        config["optimizer"] = optimizer
+        config["zero_allow_untested_optimizer"] = True
+    return config
+
+
+def inference_engine(model: torch.nn.Module, precision: Precision, device: torch.device, micro_batch_size: int):
+    """``model`` in a DeepSpeed engine (trainer dtype, ZeRO 0), for scoring only."""
+    deepspeed = import_deepspeed()
+    ensure_process_group(device)
+    config = engine_config(precision, micro_batch_size, 0, None)
+    engine, *_ = deepspeed.initialize(model=model.to(device), config=config)
+    engine.eval()
+    return engine

@@ -1,0 +1,117 @@
+"""``--learner deepspeed``: the shared RL step with DeepSpeed doing forward, backward and step.
+
+What DeepSpeed owns here, as in the trainers the paper studies: the compute weights in the
+trainer dtype, fp32 master weights inside its optimiser (ZeRO stage ``--zero-stage``), its
+own dynamic loss scaler (fp16; configured by :meth:`Precision.deepspeed_config`), gradient
+clipping, and the checkpoint of all of that. What stays ours: the update skeleton, the
+algorithm, and gradient accumulation (the boundary is set by hand on the last micro-batch of
+each mini-batch, so a short last mini-batch steps correctly).
+
+DeepSpeed refuses fp16 on CPU; bf16 and fp32 run there (tests), everything on CUDA.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from precision_oat.algorithms import AlgorithmSpec
+from precision_oat.args import LoraArgs, TrainArgs
+from precision_oat.learners.deepspeed_config import engine_config, ensure_process_group, import_deepspeed
+from precision_oat.learners.builtin import PrecisionLearner
+from precision_oat.learners.lora import merged_lora_weights
+from precision_oat.precision.policy import Precision
+from precision_oat.rl.step import UpdateSettings
+from precision_oat.rl.scoring import token_logprobs
+
+# Tag of the DeepSpeed checkpoint inside a checkpoint folder.
+STATE_TAG = "deepspeed"
+
+
+class DeepSpeedLearner(PrecisionLearner):
+    def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
+                 train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
+        deepspeed = import_deepspeed()
+        model = self.adopt(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
+        ensure_process_group(device)
+        optimizer = {"type": "AdamW", "params": {"lr": train.learning_rate, "betas": list(train.adam_betas),
+                                                 "weight_decay": train.weight_decay, "torch_adam": True}}
+        config = engine_config(precision, settings.micro_batch_size, train.zero_stage, train.max_grad_norm, optimizer)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.engine, *_ = deepspeed.initialize(model=model.to(device), model_parameters=trainable, config=config)
+        self.model = self.engine.module
+        self.model.train()
+        self.trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.forward_logprobs = partial(token_logprobs, self.engine, temperature=settings.temperature)
+
+    # --- the engine hooks of RLStep ---
+
+    def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(last_micro_batch)
+        self.engine.backward(loss)
+        if not last_micro_batch:
+            # Between boundaries DeepSpeed's step only counts the micro-batch.
+            self.engine.step()
+
+    def optimizer_step(self) -> tuple[float, bool]:
+        own_norm = None
+        if self.engine.optimizer is None or not hasattr(self.engine.optimizer, "loss_scale"):
+            # Plain fp32 ZeRO-0: the gradients sit on the parameters and DeepSpeed reports no norm.
+            own_norm = _grad_norm(p for _, p in self.trainable)
+        skipped_before = self.engine.skipped_steps
+        self.engine.step()
+        skipped = self.engine.skipped_steps > skipped_before
+        norm = self.engine.get_global_grad_norm()
+        norm = float(norm) if norm is not None else own_norm
+        return (norm if not skipped else float("inf")), skipped
+
+    def precision_stats(self) -> dict[str, float]:
+        optimizer = self.engine.optimizer
+        scale = getattr(optimizer, "loss_scale", None)
+        return {
+            "train/loss_scale": float(scale) if scale is not None and self.precision.trainer == "fp16" else 1.0,
+            "train/skipped_steps": float(self.engine.skipped_steps),
+            "train/optimizer_steps": float(self.engine.global_steps - self.engine.skipped_steps),
+        }
+
+    def trainable_weights(self) -> Iterator[torch.Tensor]:
+        return (p for _, p in self.trainable)
+
+    # --- weights out ---
+
+    @torch.no_grad()
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, fp32 master) of every weight training can change; LoRA layers merged."""
+        masters = {n: _fp32_master(p) for n, p in self.trainable}
+        if self.base_weights is None:
+            yield from masters.items()
+            return
+        yield from merged_lora_weights(self.model, masters, self.base_weights)
+
+    # --- checkpoint state: DeepSpeed's own ---
+
+    def save_state(self, folder: Path) -> None:
+        self.engine.save_checkpoint(str(folder), tag=STATE_TAG, save_latest=False)
+
+    def load_state(self, folder: Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(folder), tag=STATE_TAG, load_lr_scheduler_states=False)
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed state under {folder / STATE_TAG}")
+
+
+def _fp32_master(param: torch.nn.Parameter) -> torch.Tensor:
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    master = safe_get_full_fp32_param(param)
+    return (master if master is not None else param).detach().float()
+
+
+def _grad_norm(params) -> float:
+    norms = [p.grad.detach().float().norm() for p in params if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0
+
+
+__all__ = ["DeepSpeedLearner"]

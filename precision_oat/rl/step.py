@@ -1,0 +1,216 @@
+"""The RL update every engine runs: one rollout in, one policy update and its statistics out.
+
+:class:`RLStep` is a :class:`~precision_oat.algorithms.PolicyLoss` (the algorithm is the
+mixins placed before it) plus the skeleton of an update. An engine subclasses it and fills
+four hooks with what is truly its own: how to run a forward with the gradient, a backward,
+an optimiser step, and what its loss scaler reports. One call of :meth:`RLStep.update`:
+
+1. log π_old of every response token, a no-grad forward per micro-batch (:mod:`~precision_oat.rl.scoring`);
+2. the precision gap log π_old − log μ (``mismatch/…``);
+3. advantages from the rewards of each group of G samples;
+4. ``num_epochs`` passes over a seeded shuffle, in mini-batches of ``train_batch_size``
+   responses, each a sum of micro-batch losses from ``policy_loss`` with the whole
+   mini-batch's denominators (:mod:`~precision_oat.rl.update_plan`), then one optimiser step;
+5. the ratio decomposition log(π_θ/μ) = log(π_θ/π_old) + log(π_old/μ) and, on the first
+   mini-batch (before any step, where π_θ = π_old in exact arithmetic), the trainer's
+   self-gap and the share of tokens the clip or a cap touches there (``phantom/…``): all of
+   that is rounding, not learning.
+
+With several processes (:mod:`~precision_oat.distributed.world`) every rank holds the whole
+rollout, scores and trains on its share of the rows, and the statistics are combined over
+the ranks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import torch
+
+from precision_oat.algorithms import PolicyLoss
+from precision_oat.distributed.world import SINGLE, World
+from precision_oat.errors import NonFiniteWeights
+from precision_oat.rl.microbatch import mean_stats
+from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
+from precision_oat.rl.rollout import Rollout
+from precision_oat.rl.scoring import score
+from precision_oat.rl.seeds import SHUFFLE, derive_seed
+from precision_oat.rl.update_plan import policy_batch, update_plan
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How one rollout becomes optimiser steps (from ``TrainArgs`` and ``RolloutArgs``)."""
+
+    # Responses per forward/backward.
+    micro_batch_size: int
+    # Responses per optimiser step; None uses the whole rollout.
+    train_batch_size: Optional[int] = None
+    # Passes over each rollout.
+    num_epochs: int = 1
+    # The run's seed (the shuffle of each step derives from it).
+    seed: int = 0
+    # Sampling temperature; the trainer scores logits / T.
+    temperature: float = 1.0
+    # Take π_old of the first mini-batch from its own forward (detached), removing the self-gap.
+    self_consistent_old_logprobs: bool = False
+    # The processes that share each step (one by default); see :mod:`~precision_oat.distributed.world`.
+    world: World = SINGLE
+
+
+class RLStep(PolicyLoss):
+    """The shared update. Subclasses set ``self.settings`` and implement the four engine hooks."""
+
+    settings: UpdateSettings
+
+    # --- engine hooks ---
+
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None) -> torch.Tensor:
+        """log π_θ of every next token, [B, L-1] in fp32, carrying the gradient; renormalised over the
+        sampler's top-p kept sets when given a :class:`~precision_oat.rl.truncation.Truncation`."""
+        raise NotImplementedError
+
+    def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
+        """Accumulate the gradient of ``loss`` (already normalised by the mini-batch denominators)."""
+        raise NotImplementedError
+
+    def optimizer_step(self) -> tuple[float, bool]:
+        """Clip and step on the accumulated gradient; return (gradient norm, whether the step was skipped)."""
+        raise NotImplementedError
+
+    def precision_stats(self) -> dict[str, float]:
+        """``train/loss_scale``, ``train/skipped_steps`` and ``train/optimizer_steps`` as the engine counts them."""
+        raise NotImplementedError
+
+    def trainable_weights(self) -> Iterable[torch.Tensor]:
+        """The weights the optimiser updates (the masters), checked for inf/NaN after every step."""
+        raise NotImplementedError
+
+    def set_train(self, mode: bool) -> None:
+        """Switch the model between training and evaluation mode (dropout)."""
+
+    # --- the shared update ---
+
+    def score(self, rollout: Rollout) -> torch.Tensor:
+        """log π_old of the whole rollout, [B, L-1], in micro-batches, no gradient."""
+        world = self.settings.world
+        rows = torch.arange(rollout.num_sequences, device=rollout.input_ids.device)[world.rows(rollout.num_sequences)]
+        truncation = None if rollout.truncation is None else rollout.truncation.select(rows, rollout.input_ids.shape[1] - 1)
+        self.set_train(False)
+        try:
+            mine = score(self.forward_logprobs, rollout.input_ids[rows], rollout.attention_mask[rows],
+                         self.settings.micro_batch_size, truncation)
+        finally:
+            self.set_train(True)
+        return world.gather_rows(mine)
+
+    def update(self, rollout: Rollout, step: int) -> dict[str, float]:
+        """One RL update on ``rollout`` (already on the trainer's device); return its statistics."""
+        start = time.perf_counter()
+        s = self.settings
+        world = s.world
+        old_logprobs = self.score(rollout)
+        # Kept for callers that plot this rollout's mismatch (histograms).
+        self.old_logprobs = old_logprobs
+        stats = mismatch_metrics(rollout.sampler_logprobs, old_logprobs, rollout.response_mask)
+        stats.update(mismatch_breakdown(rollout.sampler_logprobs, old_logprobs, rollout.response_mask))
+        advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
+
+        generator = torch.Generator().manual_seed(derive_seed(s.seed, SHUFFLE, step))
+        plan = update_plan(rollout.num_sequences, s.train_batch_size, s.micro_batch_size, s.num_epochs, generator, world)
+        losses, norms, loss_stats, ratio_stats = [], [], [], []
+        skipped = 0
+        first = {}
+        for k, mini in enumerate(plan):
+            total = 0.0
+            mini_stats = []
+            for j, micro in enumerate(mini.micro_batches):
+                batch = policy_batch(rollout, old_logprobs, advantages, micro, mini, self.forward_logprobs)
+                if k == 0:
+                    first.update(_self_gap(batch, first))
+                    if s.self_consistent_old_logprobs:
+                        batch.old_logprobs = batch.logprobs.detach()
+                loss, loss_s = self.policy_loss(batch)
+                # The loss carries the whole mini-batch's denominators; the ranks' gradients are averaged.
+                self.backward(loss * world.size, last_micro_batch=j == len(mini.micro_batches) - 1)
+                total += loss.item()
+                mini_stats.append(loss_s)
+                ratio_stats.append(_ratio_decomposition(batch))
+            if k == 0:
+                first.update(world.reduce({f"phantom/{key.split('/', 1)[1]}": v
+                                             for key, v in mean_stats(mini_stats).items() if key.endswith("_frac")}))
+            norm, was_skipped = self.optimizer_step()
+            if not was_skipped:
+                check_finite(self.trainable_weights(), step)
+            loss_stats += mini_stats
+            losses.append(total)
+            norms.append(norm)
+            skipped += was_skipped
+
+        stats.update(world.reduce(mean_stats(loss_stats)))
+        stats.update(world.reduce(mean_stats(ratio_stats)))
+        first.update(world.reduce({k: first[k] for k in ("_gap_sum", "_gap_tokens")}, "sum"))
+        first.update(world.reduce({"_gap_max": first["_gap_max"]}, "max"))
+        stats.update(_finish_self_gap(first))
+        losses = [sum(per_rank) for per_rank in zip(*world.gather(losses))]
+        stats.update(
+            {
+                "loss/policy": sum(losses) / len(losses),
+                "train/grad_norm": _finite_mean(norms),
+                "train/skipped_this_step": float(skipped),
+                "train/advantage_abs_mean": advantages.abs().mean().item(),
+                **self.precision_stats(),
+                "perf/train_tokens_per_s": float(rollout.attention_mask.sum()) * s.num_epochs
+                / max(time.perf_counter() - start, 1e-9),
+            }
+        )
+        return stats
+
+
+def check_finite(weights: Iterable[torch.Tensor], step: int) -> None:
+    """Stop the run if any weight is inf/NaN (one fused reduction per tensor, no copy to the host per tensor)."""
+    total = sum(w.detach().float().abs().sum() for w in weights)
+    if not math.isfinite(float(total)):
+        raise NonFiniteWeights(
+            f"step {step + 1}: the optimiser step made weights inf/NaN (a too-large --learning-rate, or a "
+            "diverged run); stopped before checkpointing, so the latest checkpoint is the last good one"
+        )
+
+
+def _self_gap(batch, running: dict) -> dict:
+    """Accumulate Σ|log π_θ − log π_old|, its max and the token count over the first mini-batch."""
+    gap = ((batch.logprobs.detach() - batch.old_logprobs).abs() * batch.mask)
+    return {
+        "_gap_sum": running.get("_gap_sum", 0.0) + float(gap.sum()),
+        "_gap_tokens": running.get("_gap_tokens", 0.0) + float(batch.mask.sum()),
+        "_gap_max": max(running.get("_gap_max", 0.0), float(gap.max()) if gap.numel() else 0.0),
+    }
+
+
+def _finish_self_gap(first: dict) -> dict:
+    out = {k: v for k, v in first.items() if not k.startswith("_")}
+    out["precision/self_gap_abs_mean"] = first["_gap_sum"] / max(first["_gap_tokens"], 1.0)
+    out["precision/self_gap_abs_max"] = first["_gap_max"]
+    return out
+
+
+def _ratio_decomposition(batch) -> dict[str, float]:
+    """Mean |·| over response tokens of log(π_θ/μ), log(π_θ/π_old) and log(π_old/μ)."""
+    mask = batch.mask
+    tokens = float(mask.sum().clamp(min=1.0))
+    logprobs = batch.logprobs.detach()
+    mean_abs = lambda x: float((x.abs() * mask).sum()) / tokens  # noqa: E731
+    return {
+        "ratio/total_abs_mean": mean_abs(logprobs - batch.sampler_logprobs),
+        "ratio/policy_change_abs_mean": mean_abs(logprobs - batch.old_logprobs),
+        "ratio/precision_gap_abs_mean": mean_abs(batch.old_logprobs - batch.sampler_logprobs),
+    }
+
+
+def _finite_mean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else float("nan")
+

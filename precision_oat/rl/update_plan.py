@@ -1,0 +1,62 @@
+"""Which responses go into which optimiser step, and the denominators that make micro-batches add up.
+
+A rollout of N responses is passed over ``num_epochs`` times, each time in a fresh seeded
+order, cut into mini-batches of ``train_batch_size`` responses (one optimiser step each),
+each cut into micro-batches of ``micro_batch_size`` (one forward/backward each). Every
+micro-batch's loss uses its *mini-batch's* sequence and token counts as denominators, so the
+micro-batch losses sum to the loss of the whole mini-batch: accumulation 1×8 equals 8×1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from precision_oat.algorithms import PolicyBatch
+from precision_oat.distributed.world import SINGLE, World
+from precision_oat.rl.microbatch import chunks
+from precision_oat.rl.rollout import Rollout
+from precision_oat.rl.scoring import call_forward
+
+
+@dataclass
+class MiniBatch:
+    # Rows of the rollout in this optimiser step.
+    index: torch.Tensor
+    # The same rows cut into forward/backward passes.
+    micro_batches: list[torch.Tensor]
+
+
+def update_plan(num_sequences: int, train_batch_size: Optional[int], micro_batch_size: int, num_epochs: int,
+                generator: torch.Generator, world: World = SINGLE) -> list[MiniBatch]:
+    """Mini-batches of every epoch, in order (one fresh permutation per epoch).
+
+    With several processes the plan is the one-process plan; a rank's micro-batches cover only
+    its share of each mini-batch (``index`` stays the whole mini-batch, for the denominators).
+    """
+    batch_size = train_batch_size or num_sequences
+    plan = []
+    for _ in range(num_epochs):
+        order = torch.randperm(num_sequences, generator=generator)
+        for mini in chunks(order, batch_size):
+            plan.append(MiniBatch(mini, list(chunks(mini[world.rows(len(mini))], micro_batch_size))))
+    return plan
+
+
+def policy_batch(rollout: Rollout, old_logprobs: torch.Tensor, advantages: torch.Tensor, micro: torch.Tensor,
+                 mini: MiniBatch, forward_logprobs: Callable) -> PolicyBatch:
+    """The :class:`PolicyBatch` of one micro-batch: a forward with the gradient, the mini-batch's denominators."""
+    micro = micro.to(rollout.input_ids.device)
+    part = rollout.select(micro)
+    width = part.input_ids.shape[1] - 1
+    return PolicyBatch(
+        logprobs=call_forward(forward_logprobs, part.input_ids, part.attention_mask, part.truncation),
+        old_logprobs=old_logprobs[micro, :width],
+        sampler_logprobs=part.sampler_logprobs,
+        advantages=advantages[micro],
+        mask=part.response_mask,
+        num_sequences=len(mini.index),
+        num_tokens=float(rollout.response_mask[mini.index.to(rollout.input_ids.device)].sum().clamp(min=1)),
+    )

@@ -1,0 +1,217 @@
+"""Durable checkpoints: ``OUTPUT_DIR/checkpoints/step_N/`` plus a ``latest`` pointer.
+
+A checkpoint holds the policy as an fp32 HF folder (LoRA merged, so
+``AutoModelForCausalLM.from_pretrained`` loads it as is), the tokenizer, the learner's own
+state (``learner.save_state``: masters, optimiser and loss scaler of the built-in learner,
+or DeepSpeed's checkpoint), and ``trainer_state.pt``: the step and the RNG states, tensors
+and plain values only, so it loads with ``torch.load(weights_only=True)``.
+
+Durability: the checkpoint is written to a temporary folder, every file and folder in it is
+fsynced, it is renamed into place, then ``latest`` is replaced atomically and the parent
+folder fsynced. A run killed at any point leaves the previous checkpoint intact. Resuming
+walks the checkpoints newest first and takes the first that loads, warning about each one it
+skips (torn files, a missing learner state, a ``latest`` naming a missing folder). After
+each save, checkpoints beyond ``--keep-checkpoints`` are deleted, oldest first.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from precision_oat.distributed.world import SINGLE, World
+from precision_oat.errors import UserError
+
+STEP_FOLDER = re.compile(r"^step_(\d+)$")
+# What a torn, truncated or half-written checkpoint raises while loading.
+UNREADABLE = (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError)
+
+
+def save_checkpoint(output_dir: Path, step: int, learner, tokenizer, keep: Optional[int] = None,
+                    world: World = SINGLE) -> Path:
+    """Write checkpoint ``step``, point ``latest`` at it, and keep the newest ``keep`` (None: all).
+
+    Every rank takes part (gathering the weights and DeepSpeed's shards are collective); rank 0
+    writes the rest.
+    """
+    root = output_dir / "checkpoints"
+    final = root / f"step_{step:06d}"
+    tmp = root / f".step_{step:06d}.tmp"
+    if world.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    world.barrier()
+    policy = learner.export_model()
+    learner.save_state(tmp)
+    world.barrier()
+    if world.is_main:
+        policy.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        torch.save({"step": step, "rng": rng_states()}, tmp / "trainer_state.pt")
+        _fsync_tree(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        pointer = root / "latest.tmp"
+        pointer.write_text(final.name)
+        _fsync(pointer)
+        os.replace(pointer, root / "latest")
+        _fsync(root)
+        prune_checkpoints(root, keep)
+    world.barrier()
+    return final
+
+
+def checkpoints_newest_first(output_dir: Path) -> list[Path]:
+    """The step folders of ``output_dir``: the one ``latest`` names first, then the others by step, descending."""
+    root = output_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    folders = sorted((p for p in root.iterdir() if STEP_FOLDER.match(p.name) and p.is_dir()),
+                     key=_step_of, reverse=True)
+    named = _latest_named(root)
+    if named in folders:
+        folders.remove(named)
+        folders.insert(0, named)
+    return folders
+
+
+def checkpoint_step(folder: Path) -> int:
+    """The number of completed steps in ``folder``'s ``trainer_state.pt`` (raises when it is unreadable)."""
+    return int(torch.load(folder / "trainer_state.pt", weights_only=True)["step"])
+
+
+def latest_checkpoint(output_dir: Path) -> Optional[Path]:
+    """The newest checkpoint whose ``trainer_state.pt`` reads, or None."""
+    for folder in checkpoints_newest_first(output_dir):
+        try:
+            checkpoint_step(folder)
+        except UNREADABLE:
+            continue
+        return folder
+    return None
+
+
+def require_checkpoint(output_dir: Path) -> Path:
+    """The newest checkpoint for ``--resume``, or a :class:`UserError` saying why there is none."""
+    folder = latest_checkpoint(output_dir)
+    if folder is None:
+        root = output_dir / "checkpoints"
+        found = checkpoints_newest_first(output_dir)
+        if not found:
+            raise UserError(f"--resume: no checkpoint in {root}; start the run without --resume")
+        raise UserError(f"--resume: no checkpoint in {root} has a readable trainer_state.pt ({len(found)} found, "
+                        "torn or written by an older version); start a new run with --overwrite or in another --output-dir")
+    return folder
+
+
+def load_checkpoint(folder: Path, learner) -> int:
+    """Restore the learner and RNG states from ``folder``; return the number of completed steps."""
+    state = torch.load(folder / "trainer_state.pt", weights_only=True)
+    learner.load_state(folder)
+    set_rng_states(state["rng"])
+    return int(state["step"])
+
+
+def resume_checkpoint(output_dir: Path, learner) -> tuple[Path, int]:
+    """Load the newest checkpoint that loads; warn in one line about each one skipped. Returns (folder, step)."""
+    root = output_dir / "checkpoints"
+    named = _latest_named(root)
+    if named is not None and not named.is_dir():
+        _warn(f"{root / 'latest'} names {named.name}, which is missing; resuming from the newest intact checkpoint")
+    for folder in checkpoints_newest_first(output_dir):
+        try:
+            return folder, load_checkpoint(folder, learner)
+        except UNREADABLE as e:
+            _warn(f"checkpoint {folder} is unreadable ({_first_line(e)}); trying the one before it")
+    raise UserError(f"--resume: no checkpoint in {root} loads (see the warnings above); start a new run "
+                    "with --overwrite or in another --output-dir")
+
+
+def prune_checkpoints(root: Path, keep: Optional[int]) -> None:
+    """Delete all but the ``keep`` newest checkpoints up to the one ``latest`` names (never it), and stale temporaries.
+
+    Checkpoints past ``latest`` are those a resume fell back over; the run rewrites their steps.
+    """
+    for tmp in root.glob(".step_*.tmp"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    named = _latest_named(root)
+    if keep is None or named is None or not named.is_dir():
+        return
+    folders = checkpoints_newest_first(root.parent)
+    older = [f for f in folders[1:] if _step_of(f) < _step_of(named)]
+    for folder in [f for f in folders[1:] if f not in older] + older[keep - 1:]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- RNG states in forms torch.load(weights_only=True) accepts ---
+
+
+def rng_states() -> dict:
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "python": [version, list(internal), gauss_next],
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+    }
+
+
+def set_rng_states(rng: dict) -> None:
+    torch.set_rng_state(rng["torch"])
+    version, internal, gauss_next = rng["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    n = rng["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+
+
+# --- helpers ---
+
+
+def _step_of(folder: Path) -> int:
+    return int(STEP_FOLDER.match(folder.name).group(1))
+
+
+def _latest_named(root: Path) -> Optional[Path]:
+    pointer = root / "latest"
+    try:
+        name = pointer.read_text().strip()
+    except OSError:
+        return None
+    return root / name if STEP_FOLDER.match(name) else None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Every file, then every folder (deepest first), so the data is on disk before the rename publishes it."""
+    paths = sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True)
+    for path in paths:
+        if path.is_file():
+            _fsync(path)
+    for path in [p for p in paths if p.is_dir()] + [folder]:
+        _fsync(path)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:160]}" if text else type(error).__name__
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,113 @@
+"""``--resume``: which flags may differ from the run's config.json, a finished run, and the record of each resume.
+
+A resumed run is the same experiment continued, so a flag that changes what a step computes
+(dtype, algorithm, seed, model, task, batch sizes, learning rate, …) is refused, naming the
+flag with the run's value and the new one. The flags of :data:`SAFE_ON_RESUME` only extend
+the run or change what is logged, saved, evaluated or which resources run it; they are
+accepted and recorded: config.json keeps the run's original values and gains a ``resumes``
+list, one entry per resume with its step and ``{flag: [old, new]}``. A flag added after the
+run started counts as its default there. Flags not named here are refused, so a new flag
+is never ignored silently.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from precision_oat.args import Args
+from precision_oat.checks import flag, shown
+from precision_oat.errors import UserError
+from precision_oat.presets import to_values
+from precision_oat.runs.folder import write_json
+
+SAFE_ON_RESUME = frozenset({
+    # the length of the run: more steps extend it
+    "steps",
+    # outputs
+    "log_every", "save_every", "keep_checkpoints", "wandb_mode", "wandb_project", "run_name", "probe_dtypes",
+    # evaluation, which never feeds back into training
+    "eval_every", "eval_data", "eval_benchmarks", "eval_limit", "eval_samples", "eval_temperature", "eval_top_p",
+    "eval_max_new_tokens",
+    # resources: the same step computed on other hardware or in other memory chunks
+    "device", "micro_batch_size", "gradient_checkpointing", "vllm_gpu_memory_utilization", "vllm_cpu_kv_cache_gb",
+    "vllm_prefix_caching", "vllm_enforce_eager",
+    # the fp16 preflight runs before a new run only
+    "skip_fp16_preflight", "fp16_preflight_margin",
+})
+# How this command starts, not what the run is.
+NOT_COMPARED = frozenset({"output_dir", "resume", "overwrite", "preset"})
+
+
+def read_config(out: Path) -> dict:
+    path = out / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"--resume: cannot read {path} ({type(e).__name__}), so the flags of the run are unknown; "
+                        "start a new run in another --output-dir") from None
+
+
+def current_values(config: dict) -> dict:
+    """The run's flag values now: config.json's original ones with each resume's changes applied."""
+    values = {k: v for k, v in config.items() if k != "resumes"}
+    for entry in config.get("resumes", []):
+        values.update({name: new for name, (_, new) in entry["changed"].items()})
+    return values
+
+
+def changed_flags(config: dict, args: Args) -> dict[str, list[Any]]:
+    """flag name → [the run's value, this command's value] for every compared flag that differs."""
+    run = current_values(config)
+    defaults = _normal(to_values(Args()))
+    wanted = _normal(to_values(args))
+    changes = {}
+    for name, value in wanted.items():
+        old = run.get(name, defaults.get(name))
+        if name not in NOT_COMPARED and value != old:
+            changes[name] = [old, value]
+    return changes
+
+
+def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
+    """Refuse a resume that changes the run's meaning; return the summary of a run with nothing left to do.
+
+    Writes nothing: a finished run stays as it is, and :func:`record_resume` notes a resume once it has loaded.
+    """
+    changes = changed_flags(read_config(out), args)
+    refused = {name: values for name, values in changes.items() if name not in SAFE_ON_RESUME}
+    if refused:
+        listed = ", ".join(f"{flag(n)} {shown(new)} (the run has {shown(old)})" for n, (old, new) in refused.items())
+        raise UserError(f"--resume: {listed} would change what the run computes; resume with the run's values "
+                        f"(see {out / 'config.json'}) or start a new run in another --output-dir")
+    steps = args.train.steps
+    if steps < checkpoint_step:
+        raise UserError(f"--steps {steps}: the run in {out} already reached step {checkpoint_step}; "
+                        f"resume with --steps {checkpoint_step} or more")
+    summary = _read_summary(out) if steps == checkpoint_step else None
+    if summary is not None:
+        print(f"the run in {out} is finished (step {steps} of --steps {steps}, summary.json); nothing to do. "
+              f"Resume with --steps N > {steps} to extend it.", flush=True)
+    return summary
+
+
+def record_resume(out: Path, args: Args, step: int) -> None:
+    """Append this resume (its step and changed flags) to config.json's ``resumes``; the original values stay."""
+    config = read_config(out)
+    changes = changed_flags(config, args)
+    config["resumes"] = [*config.get("resumes", []), {"step": step, "changed": changes}]
+    write_json(out / "config.json", config)
+
+
+def _read_summary(out: Path) -> Optional[dict]:
+    """summary.json, or None when it is missing or unreadable (the run then writes it again)."""
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _normal(values: dict) -> dict:
+    """``values`` as config.json holds them (JSON types: lists, not tuples)."""
+    return json.loads(json.dumps(values))
