@@ -306,6 +306,8 @@ class TrainArgs(Checked):
     zero_stage: int = 2
     # Take π_old of the first mini-batch from its own forward (detached): removes the trainer's self-gap.
     self_consistent_old_logprobs: bool = False
+    # Response positions per chunk of the local learner's fp32 log-softmax (memory: chunk × vocabulary × 4 bytes).
+    logprob_chunk_size: int = 1024
 
     def check(self) -> None:
         super().check()
@@ -318,6 +320,7 @@ class TrainArgs(Checked):
         checks.integer(self, "train_batch_size", 1, why="leave it unset to use the whole rollout")
         checks.integer(self, "micro_batch_size", 1)
         checks.integer(self, "num_epochs", 1)
+        checks.integer(self, "logprob_chunk_size", 1)
         checks.integer(self, "seed", 0, 2**32 - 1)
         checks.integer(self, "zero_stage", 0, 3, why="DeepSpeed's ZeRO stages")
 

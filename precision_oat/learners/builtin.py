@@ -44,7 +44,8 @@ class PrecisionLearner(RLStep):
         )
         self.scaler = LossScaler(precision.loss_scaling)
         self.optimizer_steps = 0
-        self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature)
+        self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature,
+                                        chunk_size=settings.logprob_chunk_size)
 
     def adopt(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
               train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool) -> torch.nn.Module:

@@ -45,7 +45,8 @@ class DeepSpeedLearner(PrecisionLearner):
         self.model = self.engine.module
         self.model.train()
         self.trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        self.forward_logprobs = partial(token_logprobs, self.engine, temperature=settings.temperature)
+        self.forward_logprobs = partial(token_logprobs, self.engine, temperature=settings.temperature,
+                                        chunk_size=settings.logprob_chunk_size)
 
     # --- the engine hooks of RLStep ---
 

@@ -129,11 +129,12 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
     trainer = build_trainer(pair.trainer, policy.model, precision, device, pair.micro_batch_size)
     forward = partial(token_logprobs, trainer, temperature=pair.temperature)
     ids, att = rollout.input_ids.to(device), rollout.attention_mask.to(device)
+    response = rollout.response_mask.to(device)
     start = time.perf_counter()
-    trainer_logprobs = score(forward, ids, att, pair.micro_batch_size).cpu()
+    trainer_logprobs = score(forward, ids, att, pair.micro_batch_size, response_mask=response).cpu()
     _sync(device)
     score_s = time.perf_counter() - start
-    consistency = trainer_self_gaps(forward, trainer, ids, att, trainer_logprobs, rollout.response_mask, pair) \
+    consistency = trainer_self_gaps(forward, trainer, ids, att, trainer_logprobs, response, pair) \
         if pair.self_consistency else {}
     del trainer, forward
     if device.type == "cuda":
@@ -175,14 +176,16 @@ def trainer_self_gaps(forward, trainer, input_ids, attention_mask, reference, ma
     """|Δ| between the no-grad scoring and (a) the same scoring at a quarter of the micro-batch
     size, (b) the update path's forward (gradient on, training mode) at the same micro-batch size."""
     small = max(1, pair.micro_batch_size // 4)
-    at_small = score(forward, input_ids, attention_mask, small).cpu()
+    at_small = score(forward, input_ids, attention_mask, small, response_mask=mask).cpu()
     trainer.train()
     with torch.enable_grad():
         update_path = torch.zeros_like(reference)
         for index in torch.arange(input_ids.shape[0]).split(pair.micro_batch_size):
             ids, att = trim(input_ids[index], attention_mask[index])
-            update_path[index, : ids.shape[1] - 1] = forward(ids, att).detach().float().cpu()
+            width = ids.shape[1] - 1
+            update_path[index, :width] = forward(ids, att, response_mask=mask[index, :width]).detach().float().cpu()
     trainer.eval()
+    mask = mask.cpu()
     out = {}
     for name, other in (("microbatch", at_small), ("update_path", update_path)):
         gap = (other - reference).abs() * mask

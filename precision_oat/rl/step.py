@@ -36,7 +36,7 @@ from precision_oat.errors import NonFiniteWeights
 from precision_oat.rl.microbatch import mean_stats
 from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
 from precision_oat.rl.rollout import Rollout
-from precision_oat.rl.scoring import score
+from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score
 from precision_oat.rl.seeds import SHUFFLE, derive_seed
 from precision_oat.rl.update_plan import policy_batch, update_plan
 
@@ -59,6 +59,8 @@ class UpdateSettings:
     self_consistent_old_logprobs: bool = False
     # The processes that share each step (one by default); see :mod:`~precision_oat.distributed.world`.
     world: World = SINGLE
+    # Response positions per chunk of the trainer's fp32 log-softmax (:mod:`~precision_oat.rl.scoring`).
+    logprob_chunk_size: int = DEFAULT_CHUNK_SIZE
 
 
 class RLStep(PolicyLoss):
@@ -68,9 +70,11 @@ class RLStep(PolicyLoss):
 
     # --- engine hooks ---
 
-    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None) -> torch.Tensor:
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
+                         response_mask=None) -> torch.Tensor:
         """log π_θ of every next token, [B, L-1] in fp32, carrying the gradient; renormalised over the
-        sampler's top-p kept sets when given a :class:`~precision_oat.rl.truncation.Truncation`."""
+        sampler's top-p kept sets when given a :class:`~precision_oat.rl.truncation.Truncation`; only
+        where ``response_mask`` [B, L-1] is non-zero when given one (0 elsewhere)."""
         raise NotImplementedError
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
@@ -95,14 +99,14 @@ class RLStep(PolicyLoss):
     # --- the shared update ---
 
     def score(self, rollout: Rollout) -> torch.Tensor:
-        """log π_old of the whole rollout, [B, L-1], in micro-batches, no gradient."""
+        """log π_old of the rollout's response tokens, [B, L-1] (0 elsewhere), in micro-batches, no gradient."""
         world = self.settings.world
         rows = torch.arange(rollout.num_sequences, device=rollout.input_ids.device)[world.rows(rollout.num_sequences)]
         truncation = None if rollout.truncation is None else rollout.truncation.select(rows, rollout.input_ids.shape[1] - 1)
         self.set_train(False)
         try:
             mine = score(self.forward_logprobs, rollout.input_ids[rows], rollout.attention_mask[rows],
-                         self.settings.micro_batch_size, truncation)
+                         self.settings.micro_batch_size, truncation, rollout.response_mask[rows])
         finally:
             self.set_train(True)
         return world.gather_rows(mine)

@@ -57,21 +57,19 @@ class Truncation:
         return Truncation(self.counts.to(device), self.ids.to(device))
 
 
-def renormalised_logprobs(scaled_logits: torch.Tensor, targets: torch.Tensor, logprobs: torch.Tensor,
-                          truncation: Truncation) -> torch.Tensor:
-    """``logprobs`` [b, l] with every position that has a kept set replaced by z_y − log Σ_{v∈S} exp z_v.
+def kept_set_logprobs(scaled_logits: torch.Tensor, targets: torch.Tensor, counts: torch.Tensor,
+                      kept_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """At every row that has a kept set S: (its index, z_y − log Σ_{v∈S} exp z_v, log Σ_{v∈S} exp z_v).
 
-    ``scaled_logits`` [b, l, V] are the trainer's logits / T in fp32 and ``targets`` [b, l] the
-    sampled tokens. A segment log-sum-exp over the kept ids: no [b, l, V] mask is built.
+    ``scaled_logits`` [n, V] are the trainer's logits / T in fp32, ``targets`` [n] the sampled
+    tokens, ``counts`` [n] the size of each row's set (0: none) and ``kept_ids`` the sets one
+    after another. A segment log-sum-exp over the kept ids: no [n, V] mask is built.
     """
-    b, l, v = scaled_logits.shape
-    flat = scaled_logits.reshape(b * l, v)
-    counts = truncation.counts.reshape(-1)
     positions = counts.nonzero().squeeze(-1)
-    segment = torch.repeat_interleave(torch.arange(len(positions), device=flat.device), counts[positions])
-    picked = flat[positions[segment], truncation.ids]
-    peak = torch.full((len(positions),), float("-inf"), device=flat.device)
-    peak = peak.scatter_reduce(0, segment, picked.detach(), "amax")
-    mass = torch.zeros_like(peak).index_add(0, segment, (picked - peak[segment]).exp())
-    chosen = flat[positions, targets.reshape(-1)[positions]]
-    return logprobs.reshape(-1).index_put((positions,), chosen - peak - mass.log()).reshape(b, l)
+    segment = torch.repeat_interleave(torch.arange(len(positions), device=scaled_logits.device), counts[positions])
+    picked = scaled_logits[positions[segment], kept_ids]
+    peak = torch.full((len(positions),), float("-inf"), device=scaled_logits.device)
+    peak = peak.scatter_reduce(0, segment, picked, "amax")
+    log_mass = torch.zeros_like(peak).index_add(0, segment, (picked - peak[segment]).exp()).log()
+    chosen = scaled_logits[positions, targets[positions]]
+    return positions, chosen - peak - log_mass, peak + log_mass

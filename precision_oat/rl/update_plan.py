@@ -18,7 +18,6 @@ from precision_oat.algorithms import PolicyBatch
 from precision_oat.distributed.world import SINGLE, World
 from precision_oat.rl.microbatch import chunks
 from precision_oat.rl.rollout import Rollout
-from precision_oat.rl.scoring import call_forward
 
 
 @dataclass
@@ -52,7 +51,8 @@ def policy_batch(rollout: Rollout, old_logprobs: torch.Tensor, advantages: torch
     part = rollout.select(micro)
     width = part.input_ids.shape[1] - 1
     return PolicyBatch(
-        logprobs=call_forward(forward_logprobs, part.input_ids, part.attention_mask, part.truncation),
+        logprobs=forward_logprobs(part.input_ids, part.attention_mask, truncation=part.truncation,
+                                  response_mask=part.response_mask),
         old_logprobs=old_logprobs[micro, :width],
         sampler_logprobs=part.sampler_logprobs,
         advantages=advantages[micro],

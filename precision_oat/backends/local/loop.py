@@ -49,7 +49,8 @@ def build_learner(args: Args, model, precision, spec, device, world: World = SIN
     t, r = args.train, args.rollout
     settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
                               num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
-                              self_consistent_old_logprobs=t.self_consistent_old_logprobs, world=world)
+                              self_consistent_old_logprobs=t.self_consistent_old_logprobs, world=world,
+                              logprob_chunk_size=t.logprob_chunk_size)
     base = PrecisionLearner
     if t.learner == "deepspeed":
         from precision_oat.learners.deepspeed_learner import DeepSpeedLearner

@@ -129,9 +129,13 @@ class OatLearner(RLStep, PPOLearner):
 
     # --- the engine hooks of RLStep ---
 
-    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
+                         response_mask=None) -> torch.Tensor:
+        # Oat's own scoring (its actor's forward and position ids); Oat's samplers keep no top-p sets.
+        if truncation is not None:
+            raise ValueError("the Oat learner scores without top-p kept sets")
         logprobs, _ = self.get_batch_logps(self.model, input_ids, attention_mask, temperature=self.args.temperature)
-        return logprobs
+        return logprobs if response_mask is None else torch.where(response_mask != 0, logprobs, 0.0)
 
     def set_train(self, mode: bool) -> None:
         self.model.train(mode)

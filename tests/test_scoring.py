@@ -1,0 +1,135 @@
+"""The trainer's log-probs in chunks: the values of one full-vocabulary fp32 log-softmax, bit for bit,
+its gradients, and no fp32 tensor larger than a chunk of positions × the vocabulary."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from precision_oat.rl.scoring import logits_logprobs
+from precision_oat.rl.truncation import Truncation
+from tests.conftest import tiny_model
+
+VOCAB = 50
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def full_vocabulary_logprobs(logits, input_ids, temperature, truncation=None):
+    """The straightforward computation: log_softmax over [B, L-1, V] in fp32, then the kept sets' segment log-sum-exp."""
+    scaled = logits[:, :-1].float() / temperature
+    targets = input_ids[:, 1:]
+    logps = scaled.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+    if truncation is None:
+        return logps
+    b, l, v = scaled.shape
+    flat = scaled.reshape(b * l, v)
+    counts = truncation.counts.reshape(-1)
+    positions = counts.nonzero().squeeze(-1)
+    segment = torch.repeat_interleave(torch.arange(len(positions)), counts[positions])
+    picked = flat[positions[segment], truncation.ids]
+    peak = torch.full((len(positions),), float("-inf")).scatter_reduce(0, segment, picked.detach(), "amax")
+    mass = torch.zeros_like(peak).index_add(0, segment, (picked - peak[segment]).exp())
+    chosen = flat[positions, targets.reshape(-1)[positions]]
+    return logps.reshape(-1).index_put((positions,), chosen - peak - mass.log()).reshape(b, l)
+
+
+def _batch(dtype, seed=0, rows=3, length=9):
+    g = torch.Generator().manual_seed(seed)
+    logits = (4 * torch.randn(rows, length, VOCAB, generator=g)).to(dtype)
+    ids = torch.randint(0, VOCAB, (rows, length), generator=g)
+    # Responses start after a prompt of 3 tokens; the last row is 2 tokens shorter (right padding).
+    mask = torch.zeros(rows, length - 1)
+    mask[:, 2:] = 1.0
+    mask[-1, -2:] = 0.0
+    return logits, ids, mask
+
+
+def _kept_sets(ids, mask, seed=0):
+    """A random top-p set at every response position, holding the sampled token."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(mask.shape, dtype=torch.long)
+    kept = []
+    for i, t in mask.nonzero().tolist():
+        others = torch.randperm(VOCAB, generator=g)[: int(torch.randint(1, 12, (1,), generator=g))]
+        chosen = [int(ids[i, t + 1])] + [v for v in others.tolist() if v != ids[i, t + 1]]
+        counts[i, t] = len(chosen)
+        kept += chosen
+    return Truncation(counts, torch.tensor(kept))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("top_p", [False, True])
+def test_chunked_logprobs_are_bit_identical_to_the_full_vocabulary_softmax_at_every_chunk_size(dtype, top_p):
+    logits, ids, mask = _batch(dtype)
+    truncation = _kept_sets(ids, mask) if top_p else None
+    reference = full_vocabulary_logprobs(logits, ids, 0.7, truncation)
+    for chunk_size in (1, 3, 7, 1024):
+        assert torch.equal(logits_logprobs(logits, ids, 0.7, truncation, chunk_size=chunk_size), reference)
+        masked = logits_logprobs(logits, ids, 0.7, truncation, response_mask=mask, chunk_size=chunk_size)
+        assert torch.equal(masked, torch.where(mask.bool(), reference, 0.0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("top_p", [False, True])
+def test_chunked_gradient_matches_the_full_vocabulary_softmax(dtype, top_p):
+    logits, ids, mask = _batch(dtype)
+    truncation = _kept_sets(ids, mask) if top_p else None
+    upstream = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1)) * mask
+    reference = logits.clone().requires_grad_()
+    (full_vocabulary_logprobs(reference, ids, 0.7, truncation) * upstream).sum().backward()
+    chunked = logits.clone().requires_grad_()
+    (logits_logprobs(chunked, ids, 0.7, truncation, mask, chunk_size=3) * upstream).sum().backward()
+    assert chunked.grad.dtype == dtype
+    # The backward takes the softmax as exp(z − log Σ exp z) from the saved normaliser rather than
+    # exp(log_softmax(z)): a few fp32 roundings apart, so equal to fp32 rounding, then cast to the dtype.
+    tolerance = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
+    torch.testing.assert_close(chunked.grad.float(), reference.grad.float(), rtol=tolerance, atol=tolerance)
+    # Prompt and padding positions get no gradient.
+    assert torch.count_nonzero(chunked.grad[:, :-1][mask == 0]) == 0
+
+
+def test_chunked_gradient_on_a_tiny_model_matches_the_full_vocabulary_softmax():
+    ids = torch.randint(2, 32, (3, 10), generator=torch.Generator().manual_seed(0))
+    attention = torch.ones_like(ids)
+    mask = torch.zeros(3, 9)
+    mask[:, 3:] = 1.0
+    upstream = torch.randn(3, 9, generator=torch.Generator().manual_seed(1)) * mask
+    grads = []
+    for scoring in (lambda logits: full_vocabulary_logprobs(logits, ids, 0.7),
+                    lambda logits: logits_logprobs(logits, ids, 0.7, response_mask=mask, chunk_size=4)):
+        model = tiny_model()
+        logits = model(input_ids=ids, attention_mask=attention).logits
+        (scoring(logits) * upstream).sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    # fp32 throughout: the logits' gradients differ by fp32 rounding (~1e-7 of their largest value),
+    # and so does every weight's gradient, relative to its largest entry.
+    for name, grad in grads[0].items():
+        assert float((grads[1][name] - grad).abs().max()) <= 1e-6 * float(grad.abs().max()), name
+
+
+class LargestFloat32(TorchDispatchMode):
+    """Records the element count of the largest fp32 tensor any operation returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("top_p", [False, True])
+def test_scoring_never_makes_an_fp32_tensor_larger_than_a_chunk_of_the_vocabulary(top_p):
+    logits, ids, mask = _batch(torch.bfloat16, rows=4, length=33)
+    truncation = _kept_sets(ids, mask) if top_p else None
+    logits.requires_grad_()
+    chunk_size = 4
+    with LargestFloat32() as recorder:
+        logprobs = logits_logprobs(logits, ids, 0.7, truncation, mask, chunk_size=chunk_size)
+        (logprobs * mask).sum().backward()
+    assert 0 < recorder.largest <= chunk_size * VOCAB
