@@ -53,15 +53,19 @@ class PrecisionActor:
         start = time.perf_counter()
         first, mine = self.world.share(examples)
         completions, texts = self.sample(mine, dataclasses.replace(self.params(step), first_prompt=first))
+        sampled = time.perf_counter()
         g = self.settings.num_samples
         truncated = [not c.finished for c in completions]
         rewards = self.task.score(texts, [e for e in mine for _ in range(g)], truncated)
         check_rewards(rewards, texts, self.task.name)
-        parts = self.world.gather((completions, texts, rewards, time.perf_counter() - start))
+        graded = time.perf_counter()
+        parts = self.world.gather((completions, texts, rewards, graded - start))
         completions, texts, rewards = ([x for part in parts for x in part[i]] for i in range(3))
         elapsed = max(part[3] for part in parts)
         stats = rollout_stats(rewards, [len(c.response_ids) for c in completions],
                               [not c.finished for c in completions], elapsed)
+        # This process's own times: they add up with the rest of its step.
+        stats.update({"perf/time/sample": sampled - start, "perf/time/reward": graded - sampled})
         return completions, texts, rewards, stats
 
     def rollout(self, examples: Sequence[Example], step: int) -> tuple[Rollout, dict[str, float]]:

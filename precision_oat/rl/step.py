@@ -117,6 +117,7 @@ class RLStep(PolicyLoss):
         s = self.settings
         world = s.world
         old_logprobs = self.score(rollout)
+        scored = finished(rollout.input_ids.device)
         # Kept for callers that plot this rollout's mismatch (histograms).
         self.old_logprobs = old_logprobs
         stats = mismatch_metrics(rollout.sampler_logprobs, old_logprobs, rollout.response_mask)
@@ -169,9 +170,18 @@ class RLStep(PolicyLoss):
                 **self.precision_stats(),
                 "perf/train_tokens_per_s": float(rollout.attention_mask.sum()) * s.num_epochs
                 / max(time.perf_counter() - start, 1e-9),
+                "perf/time/score": scored - start,
             }
         )
+        stats["perf/time/update"] = finished(rollout.input_ids.device) - scored
         return stats
+
+
+def finished(device: torch.device) -> float:
+    """The clock once ``device`` has run the work queued on it, so that each phase is charged its own time."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def check_finite(weights: Iterable[torch.Tensor], step: int) -> None:

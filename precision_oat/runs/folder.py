@@ -20,6 +20,8 @@ RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json"
 RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
 
 SUMMARY_KEYS = ["mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std", "mismatch/k3", "mismatch/k1"]
+# Where a step's wall time goes: ``perf/time/<part>`` in seconds, "other" being the rest of the step.
+STEP_PARTS = ("sample", "score", "update", "sync", "reward", "other")
 
 
 def output_dir_for(args: Args) -> Path:
@@ -81,6 +83,17 @@ def write_json(path: Path, value) -> None:
     os.replace(tmp, path)
 
 
+def step_time_split(history: list[dict]) -> dict:
+    """``step_time``: each part's mean seconds per step and its share of the steps' total, over the rows that have them."""
+    keys = [f"perf/time/{part}" for part in STEP_PARTS]
+    rows = [h for h in history if all(k in h for k in keys)]
+    total = sum(h[k] for h in rows for k in keys)
+    if not rows or total <= 0:
+        return {}
+    return {"step_time": {part: {"mean_s": sum(h[k] for h in rows) / len(rows),
+                                 "share": sum(h[k] for h in rows) / total} for part, k in zip(STEP_PARTS, keys)}}
+
+
 def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> dict:
     if not history:
         return {"output_dir": str(out)}
@@ -95,6 +108,7 @@ def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> 
         **{k: sum(h[k] for h in history) / len(history) for k in SUMMARY_KEYS if k in history[0]},
         "skipped_steps": history[-1].get("train/skipped_steps", 0.0),
         "elapsed_s": history[-1]["time/elapsed_s"],
+        **step_time_split(history),
     }
     print(
         f"\ndone: {summary['steps']} steps in {summary['elapsed_s']:.0f}s · reward {first:.3f} → {last:.3f} "
@@ -105,6 +119,9 @@ def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> 
         f"outputs: {out}/metrics.jsonl, config.json, summary.json, checkpoints/",
         flush=True,
     )
+    if "step_time" in summary:
+        print("time per step: " + " · ".join(f"{part} {t['mean_s']:.2f}s ({t['share']:.0%})"
+                                             for part, t in summary["step_time"].items()), flush=True)
     if probe:
         summary["probe"] = probe
         line = "  ".join(f"{d} {r['mismatch/abs_logp_diff_mean']:.2e}" for d, r in probe["dtypes"].items())

@@ -70,3 +70,22 @@ def test_final_probe_reports_bf16_above_fp16(tmp_path, embedded_policy_dir):
     assert probe == summary["probe"]
     assert probe["ratios"]["abs_logp_diff_mean"] > 3
     assert probe["dtypes"]["fp32"]["mismatch/abs_logp_diff_mean"] < 1e-5
+
+
+def test_every_step_logs_where_its_time_went(tmp_path, embedded_policy_dir):
+    summary = train(make_args(model=str(embedded_policy_dir), algo="pg", dtype="fp32", output_dir=str(tmp_path)))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    parts = ["sample", "score", "update", "sync", "reward", "other"]
+    previous = 0.0
+    for row in rows:
+        times = [row[f"perf/time/{part}"] for part in parts]
+        assert all(t >= 0.0 for t in times), times
+        # The step's wall time: from the previous row (or the start of the run) to this one; between the
+        # two only the row itself is written (no checkpoint, no evaluation at step 1).
+        step_s = row["time/elapsed_s"] - previous
+        assert abs(sum(times) - step_s) <= 0.05 + 0.02 * step_s, (times, step_s)
+        previous = row["time/elapsed_s"]
+    split = summary["step_time"]
+    assert list(split) == parts
+    assert sum(t["share"] for t in split.values()) == pytest.approx(1.0)
+    assert split["sample"]["mean_s"] == pytest.approx(sum(r["perf/time/sample"] for r in rows) / 2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
@@ -34,7 +35,8 @@ from precision_oat.precision.policy import Precision
 from precision_oat.presets import to_values
 from precision_oat.runs.resume import check_resume, record_resume
 from precision_oat.rl.step import UpdateSettings
-from precision_oat.runs.folder import config_values, output_dir_for, start_new_run, summarize_run, write_json
+from precision_oat.runs.folder import (STEP_PARTS, config_values, output_dir_for, start_new_run, summarize_run,
+                                       write_json)
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.signals import StopRequest
@@ -132,12 +134,17 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
         return evaluate_only(actor, args, log, out)
     stop = StopRequest()
     for step in range(start_step, steps):
+        step_start = time.perf_counter()
         rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
         metrics.update(learner.update(rollout.to(device), step))
+        sync_start = time.perf_counter()
         push_weights(sampler, learner.export_weights(), precision)
+        metrics["perf/time/sync"] = time.perf_counter() - sync_start
         metrics["step"] = step + 1
         if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
             metrics.update(actor.evaluate(args.eval, step + 1))
+        metrics["perf/time/other"] = time.perf_counter() - step_start - sum(
+            metrics[f"perf/time/{part}"] for part in STEP_PARTS if part != "other")
         if log is not None:
             histograms = None
             if log.wandb is not None:
