@@ -20,7 +20,7 @@ import torch
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
-from precision_oat.deepspeed_engine import engine_config, ensure_process_group, import_deepspeed
+from precision_oat.deepspeed_engine import engine_config, ensure_process_group, full_fp32_masters, import_deepspeed
 from precision_oat.engines.local.learner import PrecisionLearner
 from precision_oat.engines.local.trainable import merged_lora_weights
 from precision_oat.precision import Precision
@@ -85,7 +85,7 @@ class DeepSpeedLearner(PrecisionLearner):
     @torch.no_grad()
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, fp32 master) of every weight training can change; LoRA layers merged."""
-        masters = {n: _fp32_master(p) for n, p in self.trainable}
+        masters = full_fp32_masters(self.engine, self.trainable)
         if self.base_weights is None:
             yield from masters.items()
             return
@@ -100,13 +100,6 @@ class DeepSpeedLearner(PrecisionLearner):
         path, _ = self.engine.load_checkpoint(str(folder), tag=STATE_TAG, load_lr_scheduler_states=False)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed state under {folder / STATE_TAG}")
-
-
-def _fp32_master(param: torch.nn.Parameter) -> torch.Tensor:
-    from deepspeed.utils import safe_get_full_fp32_param
-
-    master = safe_get_full_fp32_param(param)
-    return (master if master is not None else param).detach().float()
 
 
 def _grad_norm(params) -> float:
