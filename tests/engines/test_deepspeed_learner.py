@@ -9,7 +9,7 @@ import torch
 from precision_oat.args import algorithm_spec
 from precision_oat.deepspeed_engine import local_fp32_masters
 from precision_oat.engines.local.loop import build_learner, train
-from precision_oat.errors import UserError
+from precision_oat.errors import NonFiniteWeights, UserError
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
 from tests.engines.test_local_learner import rollout_of
@@ -112,3 +112,21 @@ def test_deepspeed_learner_exports_the_optimizers_fp32_masters(zero_stage, dtype
         # A step of 1e-2 moves the masters off the bf16 grid: the export is not the bf16 parameters.
         assert not torch.equal(flat, flat.bfloat16().float())
 
+
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_deepspeed_learner_stops_when_its_fp32_masters_are_nan(zero_stage):
+    from deepspeed.utils import safe_set_full_fp32_param
+
+    learner = build("deepspeed", tiny_model(vocab=PARTITIONED_VOCAB), dtype="bf16", algo="pg", num_samples=4,
+                    zero_stage=zero_stage, learning_rate=1e-3)
+    embedding = dict(learner.trainable)["model.embed_tokens.weight"]
+    with torch.no_grad():
+        if zero_stage == 0:
+            for master in local_fp32_masters(learner.engine):
+                master.fill_(float("nan"))
+        else:
+            # Only the master of the embedding (partitioned under ZeRO-3); its bf16 copy stays finite until the step.
+            shape = embedding.ds_shape if zero_stage == 3 else embedding.shape
+            safe_set_full_fp32_param(embedding, torch.full(shape, float("nan")))
+    with pytest.raises(NonFiniteWeights, match="step 1: the optimiser step made weights inf/NaN"):
+        learner.update(rollout_of(tiny_model(vocab=PARTITIONED_VOCAB)), step=0)

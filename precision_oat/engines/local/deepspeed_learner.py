@@ -20,7 +20,8 @@ import torch
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
-from precision_oat.deepspeed_engine import engine_config, ensure_process_group, full_fp32_masters, import_deepspeed
+from precision_oat.deepspeed_engine import (engine_config, ensure_process_group, full_fp32_masters, import_deepspeed,
+                                            local_fp32_masters)
 from precision_oat.engines.local.learner import PrecisionLearner
 from precision_oat.engines.local.trainable import merged_lora_weights
 from precision_oat.precision import Precision
@@ -77,8 +78,8 @@ class DeepSpeedLearner(PrecisionLearner):
             "train/optimizer_steps": float(self.engine.global_steps - self.engine.skipped_steps),
         }
 
-    def trainable_weights(self) -> Iterator[torch.Tensor]:
-        return (p for _, p in self.trainable)
+    def trainable_weights(self) -> list[torch.Tensor]:
+        return local_fp32_masters(self.engine)
 
     # --- weights out ---
 
