@@ -32,6 +32,7 @@ from oat.algorithms.ppo import PPOLearner
 from torch.utils.data import DataLoader
 
 from precision_oat.actor import check_prompt_lengths
+from precision_oat.deepspeed_engine import local_fp32_masters
 from precision_oat.engines.oat.cpu import install_cpu_shims, learner_device
 from precision_oat.engines.oat.prompts import prompt_row
 from precision_oat.engines.oat.run_log import OatRunLog
@@ -161,7 +162,7 @@ class PrecisionLearner(RLStep, PPOLearner):
         }
 
     def trainable_weights(self):
-        return (p for p in self.model.model.module.parameters() if p.requires_grad)
+        return local_fp32_masters(self.model.model)
 
     # --- evaluation ---
 
