@@ -72,7 +72,8 @@ def engine_config(precision: Precision, micro_batch_size: int, zero_stage: int, 
 
 
 def local_fp32_masters(engine) -> list[torch.Tensor]:
-    """The fp32 master weights this process's optimiser steps: its partition under ZeRO 1–3, all of them under ZeRO-0."""
+    """The fp32 master weights this process's optimiser steps: its partition under ZeRO 1–3, all of
+    them under ZeRO-0."""
     from deepspeed.runtime.bf16_optimizer import BF16_Optimizer
     from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
