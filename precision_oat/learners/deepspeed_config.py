@@ -71,6 +71,64 @@ def engine_config(precision: Precision, micro_batch_size: int, zero_stage: int, 
     return config
 
 
+def local_fp32_masters(engine) -> list[torch.Tensor]:
+    """The fp32 master weights this process's optimiser steps: its partition under ZeRO 1–3, all of
+    them under ZeRO-0."""
+    from deepspeed.runtime.bf16_optimizer import BF16_Optimizer
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    optimizer = engine.optimizer
+    if isinstance(optimizer, DeepSpeedZeroOptimizer_Stage3):
+        return list(optimizer.fp32_partitioned_groups_flat)
+    if isinstance(optimizer, DeepSpeedZeroOptimizer):
+        return list(optimizer.single_partition_of_fp32_groups)
+    if isinstance(optimizer, BF16_Optimizer):
+        return list(optimizer.fp32_groups_flat_partition)
+    return list(_unpartitioned_masters(optimizer).values())
+
+
+def full_fp32_masters(engine, named_params) -> dict[str, torch.Tensor]:
+    """name → the whole fp32 master of each parameter, gathered over the ranks where ZeRO partitions
+    it (so every rank must call this)."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    unpartitioned = None
+    masters = {}
+    for name, param in named_params:
+        # ZeRO 1–3 and the BF16 optimiser map each parameter to its master; ZeRO-0's fp16/bf16 wrappers do not.
+        master = safe_get_full_fp32_param(param)
+        if master is None:
+            unpartitioned = unpartitioned if unpartitioned is not None else _unpartitioned_masters(engine.optimizer)
+            master = unpartitioned[id(param)]
+        masters[name] = master.detach().float()
+    return masters
+
+
+def _unpartitioned_masters(optimizer) -> dict[int, torch.Tensor]:
+    """ZeRO-0: id of each trainable parameter → its fp32 master."""
+    from deepspeed.runtime.fp16.fused_optimizer import FP16_Optimizer
+    from deepspeed.runtime.fp16.unfused_optimizer import FP16_UnfusedOptimizer
+    from torch._utils import _unflatten_dense_tensors
+
+    if isinstance(optimizer, FP16_UnfusedOptimizer):
+        # torch optimisers under fp16/bf16: one fp32 copy per parameter.
+        groups = zip(optimizer.fp16_groups, optimizer.fp32_groups)
+    elif isinstance(optimizer, FP16_Optimizer):
+        # Fused optimisers under fp16/bf16: one flat fp32 copy per group.
+        groups = ((params, _unflatten_dense_tensors(flat, params))
+                  for params, flat in zip(optimizer.fp16_groups, optimizer.fp32_groups_flat))
+    elif isinstance(optimizer, torch.optim.Optimizer):
+        # fp32 without ZeRO: the optimiser steps the parameters themselves.
+        groups = ((group["params"], group["params"]) for group in optimizer.param_groups)
+    else:
+        raise TypeError(f"no fp32 master weights known in a DeepSpeed {type(optimizer).__name__}")
+    masters = {id(p): m for params, copies in groups for p, m in zip(params, copies)}
+    if any(m.dtype != torch.float32 for m in masters.values()):
+        raise TypeError(f"a DeepSpeed {type(optimizer).__name__} steps weights that are not fp32")
+    return masters
+
+
 def inference_engine(model: torch.nn.Module, precision: Precision, device: torch.device, micro_batch_size: int):
     """``model`` in a DeepSpeed engine (trainer dtype, ZeRO 0), for scoring only."""
     deepspeed = import_deepspeed()

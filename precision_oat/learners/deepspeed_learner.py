@@ -20,7 +20,8 @@ import torch
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
-from precision_oat.learners.deepspeed_config import engine_config, ensure_process_group, import_deepspeed
+from precision_oat.learners.deepspeed_config import (engine_config, ensure_process_group, full_fp32_masters, import_deepspeed,
+                                            local_fp32_masters)
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.lora import merged_lora_weights
 from precision_oat.precision.policy import Precision
@@ -78,15 +79,15 @@ class DeepSpeedLearner(PrecisionLearner):
             "train/optimizer_steps": float(self.engine.global_steps - self.engine.skipped_steps),
         }
 
-    def trainable_weights(self) -> Iterator[torch.Tensor]:
-        return (p for _, p in self.trainable)
+    def trainable_weights(self) -> list[torch.Tensor]:
+        return local_fp32_masters(self.engine)
 
     # --- weights out ---
 
     @torch.no_grad()
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, fp32 master) of every weight training can change; LoRA layers merged."""
-        masters = {n: _fp32_master(p) for n, p in self.trainable}
+        masters = full_fp32_masters(self.engine, self.trainable)
         if self.base_weights is None:
             yield from masters.items()
             return
@@ -101,13 +102,6 @@ class DeepSpeedLearner(PrecisionLearner):
         path, _ = self.engine.load_checkpoint(str(folder), tag=STATE_TAG, load_lr_scheduler_states=False)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed state under {folder / STATE_TAG}")
-
-
-def _fp32_master(param: torch.nn.Parameter) -> torch.Tensor:
-    from deepspeed.utils import safe_get_full_fp32_param
-
-    master = safe_get_full_fp32_param(param)
-    return (master if master is not None else param).detach().float()
 
 
 def _grad_norm(params) -> float:

@@ -90,7 +90,8 @@ class RLStep(PolicyLoss):
         raise NotImplementedError
 
     def trainable_weights(self) -> Iterable[torch.Tensor]:
-        """The weights the optimiser updates (the masters), checked for inf/NaN after every step."""
+        """The master weights this process's optimiser updates (its partition, where the optimiser
+        partitions them), checked for inf/NaN after every step."""
         raise NotImplementedError
 
     def set_train(self, mode: bool) -> None:
@@ -149,7 +150,7 @@ class RLStep(PolicyLoss):
                                              for key, v in mean_stats(mini_stats).items() if key.endswith("_frac")}))
             norm, was_skipped = self.optimizer_step()
             if not was_skipped:
-                check_finite(self.trainable_weights(), step)
+                check_finite(self.trainable_weights(), step, world)
             loss_stats += mini_stats
             losses.append(total)
             norms.append(norm)
@@ -184,10 +185,11 @@ def finished(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def check_finite(weights: Iterable[torch.Tensor], step: int) -> None:
-    """Stop the run if any weight is inf/NaN (one fused reduction per tensor, no copy to the host per tensor)."""
+def check_finite(weights: Iterable[torch.Tensor], step: int, world: World) -> None:
+    """Stop the run if any weight on any process is inf/NaN (one fused reduction per tensor, no copy
+    to the host per tensor); every process checks the weights it holds, and all stop together."""
     total = sum(w.detach().float().abs().sum() for w in weights)
-    if not math.isfinite(float(total)):
+    if world.any(not math.isfinite(float(total))):
         raise NonFiniteWeights(
             f"step {step + 1}: the optimiser step made weights inf/NaN (a too-large --learning-rate, or a "
             "diverged run); stopped before checkpointing, so the latest checkpoint is the last good one"

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from precision_oat.args import algorithm_spec
+from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.backends.local.loop import build_learner, train
-from precision_oat.errors import UserError
+from precision_oat.errors import NonFiniteWeights, UserError
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
 from tests.engines.test_local_learner import rollout_of
@@ -87,3 +88,45 @@ def test_deepspeed_lora_exports_merged_weights():
             key = name.removeprefix("base_model.model.") + ".weight"
             expected = learner.base_weights[key] + module.scaling["default"] * (b @ a).detach()
             torch.testing.assert_close(exported[key], expected, atol=1e-6, rtol=1e-5)
+
+
+# A vocabulary of 2048 makes the embedding larger than ZeRO-3's persistence threshold (1e5
+# elements), so ZeRO-3 partitions it and leaves an empty placeholder on the module.
+PARTITIONED_VOCAB = 2048
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_deepspeed_learner_exports_the_optimizers_fp32_masters(zero_stage, dtype):
+    learner = build("deepspeed", tiny_model(vocab=PARTITIONED_VOCAB), dtype=dtype, algo="pg", num_samples=4,
+                    zero_stage=zero_stage, learning_rate=1e-2)
+    learner.update(rollout_of(tiny_model(vocab=PARTITIONED_VOCAB)), step=0)
+    exported = dict(learner.export_weights())
+    assert list(exported) == [n for n, _ in learner.trainable]
+    flat = torch.cat([w.flatten() for w in exported.values()])
+    # One process holds every partition; the optimiser lays the masters out in parameter order, zero-padded.
+    masters = torch.cat([m.flatten() for m in local_fp32_masters(learner.engine)])
+    assert flat.dtype == torch.float32
+    assert torch.equal(masters[:flat.numel()], flat) and not masters[flat.numel():].any()
+    if dtype == "bf16":
+        # A step of 1e-2 moves the masters off the bf16 grid: the export is not the bf16 parameters.
+        assert not torch.equal(flat, flat.bfloat16().float())
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_deepspeed_learner_stops_when_its_fp32_masters_are_nan(zero_stage):
+    from deepspeed.utils import safe_set_full_fp32_param
+
+    learner = build("deepspeed", tiny_model(vocab=PARTITIONED_VOCAB), dtype="bf16", algo="pg", num_samples=4,
+                    zero_stage=zero_stage, learning_rate=1e-3)
+    embedding = dict(learner.trainable)["model.embed_tokens.weight"]
+    with torch.no_grad():
+        if zero_stage == 0:
+            for master in local_fp32_masters(learner.engine):
+                master.fill_(float("nan"))
+        else:
+            # Only the master of the embedding (partitioned under ZeRO-3); its bf16 copy stays finite until the step.
+            shape = embedding.ds_shape if zero_stage == 3 else embedding.shape
+            safe_set_full_fp32_param(embedding, torch.full(shape, float("nan")))
+    with pytest.raises(NonFiniteWeights, match="step 1: the optimiser step made weights inf/NaN"):
+        learner.update(rollout_of(tiny_model(vocab=PARTITIONED_VOCAB)), step=0)

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from precision_oat.algorithms import compose
+from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.backends.local.loop import build_learner
 from precision_oat.backends.oat.oat_actor import OatActor
 from precision_oat.backends.oat.oat_learner import OatLearner
+from precision_oat.errors import NonFiniteWeights
 from precision_oat.rl.rollout import collate
 from precision_oat.samplers.sampler import Completion
 
@@ -23,8 +25,8 @@ FLAGS = ("--prompts-per-step", "4", "--num-samples", "4", "--max-new-tokens", "4
 MISMATCH = ["mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std"]
 
 
-def learner_and_rollout(oat_args, dtype, algo="grpo-tis"):
-    args = oat_args("--dtype", dtype, "--algo", algo, *FLAGS)
+def learner_and_rollout(oat_args, dtype, algo="grpo-tis", *flags):
+    args = oat_args("--dtype", dtype, "--algo", algo, *FLAGS, *flags)
     learner = compose(args.algorithm, OatLearner)(1, 0, 0, args.master_addr, 0, True, args, [], None)
     learner._init(args, [])
     actor = OatActor(None, {}, args)
@@ -93,3 +95,14 @@ def test_loss_and_mismatch_match_the_local_engine_in_fp32(oat_args, oat_policy_d
     for key in MISMATCH:
         assert oat_info[key] == pytest.approx(local_info[key], rel=1e-3, abs=1e-7), key
     assert oat_info["train/advantage_abs_mean"] == pytest.approx(local_info["train/advantage_abs_mean"], rel=1e-6)
+
+
+@pytest.mark.parametrize("zero_stage", ["0", "2"])
+def test_learning_step_stops_when_the_fp32_masters_are_nan(oat_args, zero_stage):
+    _, learner, transitions = learner_and_rollout(oat_args, "bf16", "grpo-tis", "--zero-stage", zero_stage)
+    with torch.no_grad():
+        for master in local_fp32_masters(learner.model.model):
+            master.fill_(float("nan"))
+    learner.pi_buffer.extend(transitions)
+    with pytest.raises(NonFiniteWeights, match="the optimiser step made weights inf/NaN"):
+        learner.learn(1)

@@ -32,6 +32,7 @@ from oat.algorithms.ppo import PPOLearner
 from torch.utils.data import DataLoader
 
 from precision_oat.rl.actor import check_prompt_lengths
+from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.backends.oat.cpu import install_cpu_shims, learner_device
 from precision_oat.backends.oat.prompt_rows import prompt_row
 from precision_oat.backends.oat.oat_log import OatRunLog
@@ -165,7 +166,7 @@ class OatLearner(RLStep, PPOLearner):
         }
 
     def trainable_weights(self):
-        return (p for p in self.model.model.module.parameters() if p.requires_grad)
+        return local_fp32_masters(self.model.model)
 
     # --- evaluation ---
 
