@@ -165,3 +165,70 @@ def test_ranks_started_with_other_flags_are_refused():
     mp.start_processes(_compare_configs, args=(port, failures), nprocs=2, start_method="spawn")
     messages = [failures.get() for _ in range(2)]
     assert messages == ["rank 1 was started with other flags than rank 0 (seed); start every rank with the same command"] * 2
+
+
+# The tensor collectives the World may call, and where their tensors were, per rank.
+TENSOR_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce_scatter_tensor")
+
+
+def _record_collective_devices(handed: list) -> None:
+    """Note the device of every tensor handed to a tensor collective (the collective then runs as usual)."""
+    for name in TENSOR_COLLECTIVES:
+        real = getattr(torch.distributed, name)
+
+        def noting(*args, _real=real, **kwargs):
+            for arg in args:
+                handed.extend(str(t.device) for t in (arg if isinstance(arg, list) else [arg]) if isinstance(t, torch.Tensor))
+            return _real(*args, **kwargs)
+
+        setattr(torch.distributed, name, noting)
+
+
+def _exchange(rank: int, port: int, device_type: str, backend: str, reports) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = torch.device("cuda", rank % torch.cuda.device_count()) if device_type == "cuda" else torch.device("cpu")
+    if device_type == "cuda":
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(backend, rank=rank, world_size=2)
+    try:
+        served = sorted({part.split(":")[0] for part in torch.distributed.get_backend_config().split(",")})
+        handed = []
+        _record_collective_devices(handed)
+        world = World(rank=rank, size=2, local_rank=rank, device=device)
+        results = [world.reduce({"a": float(rank), "b": 2.0}), world.reduce({"m": float(rank)}, "max"), world.any(rank == 1),
+                   world.gather_rows(torch.full((1, 2), float(rank), device=device)).tolist()]
+        reports.put((rank, str(device), served, handed, results))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def collective_reports(device_type: str, backend: str) -> list:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reports = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_exchange, args=(port, device_type, backend, reports), nprocs=2, start_method="spawn")
+    return sorted(reports.get() for _ in range(2))
+
+
+def assert_collectives_on_the_world_device(reports: list) -> None:
+    for rank, device, served, handed, results in reports:
+        assert results == [{"a": 0.5, "b": 2.0}, {"m": 1.0}, True, [[0.0, 0.0], [1.0, 1.0]]]
+        assert handed, "no tensor collective ran"
+        # NCCL serves CUDA tensors only: a CPU tensor handed to it fails every multi-GPU run.
+        assert set(handed) == {device}, f"rank {rank} on {device} handed tensors on {sorted(set(handed))}"
+        assert torch.device(device).type in served
+
+
+def test_collectives_hand_tensors_on_the_device_of_a_cpu_world():
+    assert_collectives_on_the_world_device(collective_reports("cpu", "gloo"))
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_collectives_hand_cuda_tensors_on_a_cuda_world():
+    # NCCL needs a GPU per rank; on one GPU, gloo (which serves CUDA tensors too) stands in as the transport.
+    backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
+    assert_collectives_on_the_world_device(collective_reports("cuda", backend))

@@ -15,6 +15,7 @@ import json
 import random
 import signal
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -184,6 +185,7 @@ def processes(args: Args) -> tuple[World, "torch.device"]:
             device = torch.device("cuda", world.local_rank)
             torch.cuda.set_device(device)
         ensure_process_group(device)
+        world = replace(world, device=device)
     return world, device
 
 
