@@ -84,11 +84,16 @@ class DeepSpeedLearner(PrecisionLearner):
 
     @torch.no_grad()
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """(HF name, fp32 master) of every weight training can change; LoRA layers merged."""
-        masters = {n: _fp32_master(p) for n, p in self.trainable}
+        """(HF name, fp32 master) of every weight training can change, one at a time; LoRA layers merged.
+
+        Every rank must read it to the end: gathering a ZeRO-partitioned master is collective.
+        """
         if self.base_weights is None:
-            yield from masters.items()
+            # One gathered fp32 master alive at a time, not the whole model.
+            yield from ((n, _fp32_master(p)) for n, p in self.trainable)
             return
+        # LoRA: the masters are the small adapter matrices, merged into the kept base weights.
+        masters = {n: _fp32_master(p) for n, p in self.trainable}
         yield from merged_lora_weights(self.model, masters, self.base_weights)
 
     # --- checkpoint state: DeepSpeed's own ---
