@@ -130,31 +130,31 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     steps, per_step = args.train.steps, args.rollout.prompts_per_step
     if steps == 0:
         return evaluate_only(actor, args, log, out)
-    stop = StopRequest()
-    for step in range(start_step, steps):
-        rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
-        metrics.update(learner.update(rollout.to(device), step))
-        push_weights(sampler, learner.export_weights(), precision)
-        metrics["step"] = step + 1
-        if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
-            metrics.update(actor.evaluate(args.eval, step + 1))
-        if log is not None:
-            histograms = None
-            if log.wandb is not None:
-                histograms = mismatch_histograms(rollout.sampler_logprobs, learner.old_logprobs.cpu(),
-                                                 rollout.response_mask)
-            log.log(metrics, histograms, total_steps=steps,
-                    echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
-        # A signal may reach some ranks only: all of them stop at the same step.
-        stopping = world.any(stop.requested is not None)
-        if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stopping:
-            save_checkpoint(out, step + 1, learner, policy.tokenizer, args.log.keep_checkpoints, world)
-        if stopping:
+    # The signal handlers are the caller's again however the loop ends.
+    with StopRequest() as stop:
+        for step in range(start_step, steps):
+            rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
+            metrics.update(learner.update(rollout.to(device), step))
+            push_weights(sampler, learner.export_weights(), precision)
+            metrics["step"] = step + 1
+            if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
+                metrics.update(actor.evaluate(args.eval, step + 1))
             if log is not None:
-                log.close()
-            say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
-            raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
-    stop.restore()
+                histograms = None
+                if log.wandb is not None:
+                    histograms = mismatch_histograms(rollout.sampler_logprobs, learner.old_logprobs.cpu(),
+                                                     rollout.response_mask)
+                log.log(metrics, histograms, total_steps=steps,
+                        echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
+            # A signal may reach some ranks only: all of them stop at the same step.
+            stopping = world.any(stop.requested is not None)
+            if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stopping:
+                save_checkpoint(out, step + 1, learner, policy.tokenizer, args.log.keep_checkpoints, world)
+            if stopping:
+                if log is not None:
+                    log.close()
+                say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
+                raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
     # Gathering the final weights is collective with several processes; rank 0 probes them.
     final = Policy(learner.export_model(), policy.tokenizer, None) if args.log.probe_dtypes else None
     if not world.is_main:
