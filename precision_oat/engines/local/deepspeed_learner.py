@@ -101,6 +101,14 @@ class DeepSpeedLearner(PrecisionLearner):
     def save_state(self, folder: Path) -> None:
         self.engine.save_checkpoint(str(folder), tag=STATE_TAG, save_latest=False)
 
+    def state_files(self, folder: Path) -> list[Path]:
+        """The files this rank's :meth:`load_state` reads: the module states and, under ZeRO, its own optimiser shard."""
+        # DeepSpeed's own names for them (it has no public way to ask).
+        files = [self.engine._get_ckpt_name(str(folder), STATE_TAG)]
+        if self.engine.zero_optimization():
+            files.append(self.engine._get_zero_ckpt_name(str(folder), STATE_TAG))
+        return [Path(f) for f in files]
+
     def load_state(self, folder: Path) -> None:
         path, _ = self.engine.load_checkpoint(str(folder), tag=STATE_TAG, load_lr_scheduler_states=False)
         if path is None:

@@ -26,7 +26,8 @@ from precision_oat.actor import PrecisionActor, check_prompt_lengths, encode_pro
 from precision_oat.algorithms import AlgorithmSpec, compose
 from precision_oat.args import Args, algorithm_spec
 from precision_oat.data_parallel import SINGLE, World, check_layout, check_same_config, world_from_env
-from precision_oat.engines.local.checkpoint import checkpoint_step, require_checkpoint, resume_checkpoint, save_checkpoint
+from precision_oat.engines.local.checkpoint import (check_world_size, checkpoint_step, export_policy, require_checkpoint,
+                                                   resume_checkpoint, save_checkpoint)
 from precision_oat.engines.local.learner import PrecisionLearner
 from precision_oat.mismatch import mismatch_histograms
 from precision_oat.mismatch.preflight import before_fp16_run
@@ -72,6 +73,8 @@ def train(args: Args) -> dict:
     out = world.broadcast(output_dir_for(args))
     check_same_config(world, config_values(out, args))
     newest = require_checkpoint(out) if args.log.resume else None
+    if newest is not None:
+        check_world_size(newest, world)
     # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
     with RunLock(out) if world.is_main else nullcontext():
         finished = None
@@ -117,7 +120,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
 
     start_step = 0
     if args.log.resume:
-        folder, start_step = resume_checkpoint(out, learner)
+        folder, start_step = resume_checkpoint(out, learner, world)
         push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, args, start_step)
@@ -156,7 +159,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
                 say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
                 raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
     # Gathering the final weights is collective with several processes; rank 0 probes them.
-    final = Policy(learner.export_model(), policy.tokenizer, None) if args.log.probe_dtypes else None
+    final = export_policy(learner, world) if args.log.probe_dtypes else None
     if not world.is_main:
         return {}
     log.close()
@@ -167,7 +170,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
         del learner, sampler, actor.sampler
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        probe = probe_mismatch(final, [actor.encode(e) for e in examples[:32]], args, device)
+        probe = probe_mismatch(Policy(final, policy.tokenizer, None), [actor.encode(e) for e in examples[:32]], args, device)
         (out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, out, probe)
     write_json(out / "summary.json", summary)  # atomic: its presence marks the run finished
