@@ -13,6 +13,10 @@ A step of P prompts × G samples is the same step on any N:
   step's gradient is the one-process gradient up to rounding;
 - rank 0 alone writes the run folder; a checkpoint holds every rank's DeepSpeed shards.
 
+Collectives run on the process's own device: the process group is the one DeepSpeed or a
+launcher set up (NCCL on CUDA, which serves CUDA tensors only; gloo on CPU), so the World
+moves what it exchanges to that device rather than counting on a CPU backend being there.
+
 With N = 1 every method here is a no-op, so the single-process path runs the same code.
 """
 
@@ -35,6 +39,8 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    # Where this process computes, and so where its collectives' tensors must live.
+    device: torch.device = torch.device("cpu")
 
     @property
     def is_main(self) -> bool:
@@ -66,16 +72,17 @@ class World:
         """Every rank's rows of ``tensor`` (same shape on every rank), concatenated in rank order."""
         if self.size == 1:
             return tensor
-        parts = [torch.empty_like(tensor) for _ in range(self.size)]
-        torch.distributed.all_gather(parts, tensor.contiguous())
-        return torch.cat(parts)
+        mine = tensor.to(self.device).contiguous()
+        parts = [torch.empty_like(mine) for _ in range(self.size)]
+        torch.distributed.all_gather(parts, mine)
+        return torch.cat(parts).to(tensor.device)
 
     def reduce(self, values: dict[str, float], op: str = "mean") -> dict[str, float]:
         """``values`` combined over ranks: "mean", "sum" or "max" (every rank must pass the same keys)."""
         if self.size == 1 or not values:
             return dict(values)
         keys = sorted(values)
-        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+        tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(tensor, torch.distributed.ReduceOp.MAX if op == "max" else torch.distributed.ReduceOp.SUM)
         if op == "mean":
             tensor /= self.size

@@ -139,6 +139,10 @@ class PrecisionLearner(RLStep):
         """Masters, optimiser and loss scaler into ``folder/learner_state.pt`` (tensors and plain values only)."""
         torch.save(self.state_dict(), folder / "learner_state.pt")
 
+    def state_files(self, folder: Path) -> list[Path]:
+        """The files :meth:`load_state` reads from ``folder``."""
+        return [folder / "learner_state.pt"]
+
     def load_state(self, folder: Path) -> None:
         self.load_state_dict(torch.load(folder / "learner_state.pt", weights_only=True, map_location=self.device))
 

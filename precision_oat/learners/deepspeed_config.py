@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -88,21 +88,19 @@ def local_fp32_masters(engine) -> list[torch.Tensor]:
     return list(_unpartitioned_masters(optimizer).values())
 
 
-def full_fp32_masters(engine, named_params) -> dict[str, torch.Tensor]:
-    """name → the whole fp32 master of each parameter, gathered over the ranks where ZeRO partitions
-    it (so every rank must call this)."""
+def fp32_masters(engine, named_params) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, the whole fp32 master) of each parameter, one at a time, gathered over the ranks where
+    ZeRO partitions it (so every rank must read it to the end)."""
     from deepspeed.utils import safe_get_full_fp32_param
 
     unpartitioned = None
-    masters = {}
     for name, param in named_params:
         # ZeRO 1–3 and the BF16 optimiser map each parameter to its master; ZeRO-0's fp16/bf16 wrappers do not.
         master = safe_get_full_fp32_param(param)
         if master is None:
             unpartitioned = unpartitioned if unpartitioned is not None else _unpartitioned_masters(engine.optimizer)
             master = unpartitioned[id(param)]
-        masters[name] = master.detach().float()
-    return masters
+        yield name, master.detach().float()
 
 
 def _unpartitioned_masters(optimizer) -> dict[int, torch.Tensor]:

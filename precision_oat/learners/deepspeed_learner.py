@@ -20,8 +20,8 @@ import torch
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
-from precision_oat.learners.deepspeed_config import (engine_config, ensure_process_group, full_fp32_masters, import_deepspeed,
-                                            local_fp32_masters)
+from precision_oat.learners.deepspeed_config import (engine_config, ensure_process_group, fp32_masters, import_deepspeed,
+                                                       local_fp32_masters)
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.lora import merged_lora_weights
 from precision_oat.precision.policy import Precision
@@ -86,17 +86,30 @@ class DeepSpeedLearner(PrecisionLearner):
 
     @torch.no_grad()
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """(HF name, fp32 master) of every weight training can change; LoRA layers merged."""
-        masters = full_fp32_masters(self.engine, self.trainable)
+        """(HF name, fp32 master) of every weight training can change, one at a time; LoRA layers merged.
+
+        Every rank must read it to the end: gathering a ZeRO-partitioned master is collective.
+        """
         if self.base_weights is None:
-            yield from masters.items()
+            # One gathered fp32 master alive at a time, not the whole model.
+            yield from fp32_masters(self.engine, self.trainable)
             return
+        # LoRA: the masters are the small adapter matrices, merged into the kept base weights.
+        masters = dict(fp32_masters(self.engine, self.trainable))
         yield from merged_lora_weights(self.model, masters, self.base_weights)
 
     # --- checkpoint state: DeepSpeed's own ---
 
     def save_state(self, folder: Path) -> None:
         self.engine.save_checkpoint(str(folder), tag=STATE_TAG, save_latest=False)
+
+    def state_files(self, folder: Path) -> list[Path]:
+        """The files this rank's :meth:`load_state` reads: the module states and, under ZeRO, its own optimiser shard."""
+        # DeepSpeed's own names for them (it has no public way to ask).
+        files = [self.engine._get_ckpt_name(str(folder), STATE_TAG)]
+        if self.engine.zero_optimization():
+            files.append(self.engine._get_zero_ckpt_name(str(folder), STATE_TAG))
+        return [Path(f) for f in files]
 
     def load_state(self, folder: Path) -> None:
         path, _ = self.engine.load_checkpoint(str(folder), tag=STATE_TAG, load_lr_scheduler_states=False)

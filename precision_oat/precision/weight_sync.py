@@ -5,10 +5,16 @@ sampler computes with: the master weights cast to the sampler dtype (``lm_head.w
 fp32 under ``--lm-head-dtype fp32``). A sampler that skipped a tensor, cast to another dtype
 or copied into the wrong slot would otherwise go unnoticed: its μ would simply drift from
 the trainer's π, and the drift would be read as precision mismatch. :func:`push_weights`
-loads the weights, then compares, bit for bit, every tensor the sampler exposes through
-``weights_for_check()``: all of them on the built-in sampler; on vLLM a few tensors of the
-CPU copy it pushes into the engine (a check of our cast and bookkeeping, not of vLLM's own
-reload). A sampler without that method is not checked.
+streams the weights into the sampler and compares, bit for bit, every tensor the sampler
+exposes through ``weights_for_check()``: all of them on the built-in sampler; on vLLM a few
+tensors of the CPU copy it pushes into the engine (a check of our cast and bookkeeping, not
+of vLLM's own reload). A sampler without that method is not checked.
+
+Streaming: the export is read once, one tensor at a time (exporting can gather each weight
+across processes, in fp32), and each tensor is checked as soon as the sampler has taken it
+and asks for the next, so no more than a tensor or two of the export is alive at once. A
+sampler's ``load_weights`` therefore consumes its iterable once, loading each tensor before
+it takes the next.
 """
 
 from __future__ import annotations
@@ -27,31 +33,36 @@ class WeightSyncError(RuntimeError):
 
 
 def push_weights(sampler, weights: Weights, precision: Precision) -> int:
-    """``sampler.load_weights(weights)``, then :func:`check_weight_sync`; returns the number of tensors checked.
+    """``sampler.load_weights(weights)``, each tensor checked once loaded; returns the number of tensors checked."""
+    held = sampler.weights_for_check() if hasattr(sampler, "weights_for_check") else {}
+    checked = 0
 
-    ``weights`` is read once (exporting them can gather them across processes).
-    """
-    weights = list(weights)
-    sampler.load_weights(weights)
-    return check_weight_sync(sampler, weights, precision)
+    def checked_after_loading():
+        nonlocal checked
+        for name, master in weights:
+            yield name, master
+            # The sampler asks for the next tensor only once it has loaded this one.
+            checked += check_weight(name, master, held, precision)
+
+    sampler.load_weights(checked_after_loading())
+    return checked
 
 
 @torch.no_grad()
-def check_weight_sync(sampler, masters: Weights, precision: Precision) -> int:
-    """Raise :class:`WeightSyncError` naming the first tensor the sampler holds in the wrong dtype or with other values."""
-    held = sampler.weights_for_check() if hasattr(sampler, "weights_for_check") else {}
-    checked = 0
-    for name, master in masters:
-        if name not in held:
-            continue
-        got, dtype = held[name], precision.sync_dtype(name)
-        if got.dtype != dtype:
-            raise WeightSyncError(f"weight sync: the sampler holds {name} in {got.dtype}; the precision contract "
-                                  f"casts it to {dtype}")
-        want = master.detach().to(device=got.device, dtype=dtype)
-        if not torch.equal(want, got):
-            diff = float((want.float() - got.float()).abs().max())
-            raise WeightSyncError(f"weight sync: the sampler's {name} is not the master weights cast to {dtype} "
-                                  f"(max |difference| {diff:.3g}); the sampler's load_weights dropped or altered it")
-        checked += 1
-    return checked
+def check_weight(name: str, master: torch.Tensor, held: dict[str, torch.Tensor], precision: Precision) -> bool:
+    """Raise :class:`WeightSyncError` when the sampler holds ``name`` in the wrong dtype or with other values.
+
+    Returns whether ``name`` was checked (the sampler exposes it).
+    """
+    if name not in held:
+        return False
+    got, dtype = held[name], precision.sync_dtype(name)
+    if got.dtype != dtype:
+        raise WeightSyncError(f"weight sync: the sampler holds {name} in {got.dtype}; the precision contract "
+                              f"casts it to {dtype}")
+    want = master.detach().to(device=got.device, dtype=dtype)
+    if not torch.equal(want, got):
+        diff = float((want.float() - got.float()).abs().max())
+        raise WeightSyncError(f"weight sync: the sampler's {name} is not the master weights cast to {dtype} "
+                              f"(max |difference| {diff:.3g}); the sampler's load_weights dropped or altered it")
+    return True

@@ -9,9 +9,14 @@ and plain values only, so it loads with ``torch.load(weights_only=True)``.
 Durability: the checkpoint is written to a temporary folder, every file and folder in it is
 fsynced, it is renamed into place, then ``latest`` is replaced atomically and the parent
 folder fsynced. A run killed at any point leaves the previous checkpoint intact. Resuming
-walks the checkpoints newest first and takes the first that loads, warning about each one it
-skips (torn files, a missing learner state, a ``latest`` naming a missing folder). After
+walks the checkpoints newest first and takes the first whose files every rank can read,
+warning about each one it skips (torn files, a missing learner state, a ``latest`` naming a
+missing folder). The ranks decide together, before any of them loads: a rank that fell back
+alone would resume at another step, and loading DeepSpeed's shards is collective. After
 each save, checkpoints beyond ``--keep-checkpoints`` are deleted, oldest first.
+
+``trainer_state.pt`` also records how many processes wrote the checkpoint: DeepSpeed's
+shards load only into as many processes, so a resume with another number is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import random
 import re
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 from typing import Optional
 
@@ -33,7 +39,7 @@ from precision_oat.errors import UserError
 
 STEP_FOLDER = re.compile(r"^step_(\d+)$")
 # What a torn, truncated or half-written checkpoint raises while loading.
-UNREADABLE = (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError)
+UNREADABLE = (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
 
 
 def save_checkpoint(output_dir: Path, step: int, learner, tokenizer, keep: Optional[int] = None,
@@ -50,13 +56,13 @@ def save_checkpoint(output_dir: Path, step: int, learner, tokenizer, keep: Optio
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     world.barrier()
-    policy = learner.export_model()
+    policy = export_policy(learner, world)
     learner.save_state(tmp)
     world.barrier()
     if world.is_main:
         policy.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        torch.save({"step": step, "rng": rng_states()}, tmp / "trainer_state.pt")
+        torch.save({"step": step, "rng": rng_states(), "world_size": world.size}, tmp / "trainer_state.pt")
         _fsync_tree(tmp)
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -68,6 +74,19 @@ def save_checkpoint(output_dir: Path, step: int, learner, tokenizer, keep: Optio
         prune_checkpoints(root, keep)
     world.barrier()
     return final
+
+
+def export_policy(learner, world: World = SINGLE):
+    """The policy as a plain fp32 HF model on rank 0; None elsewhere.
+
+    Gathering the weights is collective, so the other ranks read the whole export too, one
+    tensor at a time, but build no model and keep nothing.
+    """
+    if world.is_main:
+        return learner.export_model()
+    for _ in learner.export_weights():
+        pass
+    return None
 
 
 def checkpoints_newest_first(output_dir: Path) -> list[Path]:
@@ -121,19 +140,42 @@ def load_checkpoint(folder: Path, learner) -> int:
     return int(state["step"])
 
 
-def resume_checkpoint(output_dir: Path, learner) -> tuple[Path, int]:
-    """Load the newest checkpoint that loads; warn in one line about each one skipped. Returns (folder, step)."""
+def check_world_size(folder: Path, world: World) -> None:
+    """Refuse to resume ``folder`` with another number of processes than the one that wrote it."""
+    written_by = torch.load(folder / "trainer_state.pt", weights_only=True).get("world_size")
+    if written_by is None or written_by == world.size:
+        return
+    launch = "without torchrun (one process)" if written_by == 1 else f"with torchrun --nproc-per-node {written_by}"
+    raise UserError(f"--resume: {folder.name} was written by {written_by} process{'es' if written_by > 1 else ''} "
+                    f"and this run has {world.size}; resume {launch}")
+
+
+def resume_checkpoint(output_dir: Path, learner, world: World = SINGLE) -> tuple[Path, int]:
+    """Load the newest checkpoint every rank can read; warn in one line about each one skipped. Returns (folder, step)."""
     root = output_dir / "checkpoints"
     named = _latest_named(root)
-    if named is not None and not named.is_dir():
+    if named is not None and not named.is_dir() and world.is_main:
         _warn(f"{root / 'latest'} names {named.name}, which is missing; resuming from the newest intact checkpoint")
-    for folder in checkpoints_newest_first(output_dir):
-        try:
+    for folder in world.broadcast(checkpoints_newest_first(output_dir)):
+        problems = [(rank, p) for rank, p in enumerate(world.gather(unreadable(folder, learner))) if p is not None]
+        if not problems:
             return folder, load_checkpoint(folder, learner)
-        except UNREADABLE as e:
-            _warn(f"checkpoint {folder} is unreadable ({_first_line(e)}); trying the one before it")
+        if world.is_main:
+            where = "" if world.size == 1 else f" on rank {problems[0][0]}"
+            _warn(f"checkpoint {folder} is unreadable{where} ({problems[0][1]}); trying the one before it")
     raise UserError(f"--resume: no checkpoint in {root} loads (see the warnings above); start a new run "
                     "with --overwrite or in another --output-dir")
+
+
+def unreadable(folder: Path, learner) -> Optional[str]:
+    """Why this rank cannot load ``folder`` (a missing or torn file), or None when every file it reads is whole."""
+    try:
+        checkpoint_step(folder)
+        for path in learner.state_files(folder):
+            _check_archive(path)
+    except UNREADABLE as e:
+        return _first_line(e)
+    return None
 
 
 def prune_checkpoints(root: Path, keep: Optional[int]) -> None:
@@ -206,6 +248,14 @@ def _fsync_tree(folder: Path) -> None:
             _fsync(path)
     for path in [p for p in paths if p.is_dir()] + [folder]:
         _fsync(path)
+
+
+def _check_archive(path: Path) -> None:
+    """Raise when ``path`` (a torch.save zip archive) is missing, torn or fails a CRC, without loading it."""
+    with zipfile.ZipFile(path) as archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise ValueError(f"{path.name}: {bad} fails its checksum")
 
 
 def _first_line(error: BaseException) -> str:

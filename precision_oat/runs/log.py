@@ -44,9 +44,10 @@ class RunLog:
             except ImportError:
                 self.note("wandb is not installed; metrics go to metrics.jsonl only (pip install wandb)")
             else:
+                previous = previous_wandb_id(output_dir) if resume else None
                 self.wandb = wandb.init(
                     project=project, name=run_name, dir=str(output_dir), mode=wandb_mode, config=config,
-                    resume="allow" if resume else None, id=previous_wandb_id(output_dir) if resume else None,
+                    resume_from=rewind_point(previous, resume_step) if previous else None,
                 )
 
     @staticmethod
@@ -87,6 +88,16 @@ def kept_rows(path: Path, last_step: int) -> list[dict]:
         if row.get("step", 0) <= last_step:
             rows.append(row)
     return rows
+
+
+def rewind_point(run_id: str, resume_step: int) -> str:
+    """wandb's ``resume_from`` for the same run, rewound to the checkpoint as metrics.jsonl is.
+
+    A rewind keeps the history up to ``_step`` and logs on from the step after it, so the
+    rows of the steps the resumed run repeats replace the ones logged after the checkpoint
+    (a plain resume keeps those and drops the repeats, as their steps are not past the last).
+    """
+    return f"{run_id}?_step={resume_step}"
 
 
 def previous_wandb_id(output_dir: Path) -> Optional[str]:

@@ -7,14 +7,24 @@ from typing import Optional
 
 
 class StopRequest:
-    """While alive, SIGINT/SIGTERM set :attr:`requested` (a second one interrupts at once)."""
+    """Inside ``with StopRequest() as stop:``, SIGINT/SIGTERM set :attr:`requested` (a second one interrupts at once).
+
+    Leaving the block in any way, an exception included, gives the caller its own handlers back.
+    """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.requested: Optional[str] = None
         self.signal_number = 0
+        self._previous = {}
+
+    def __enter__(self) -> "StopRequest":
         self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
 
     def _handle(self, number, frame):
         if self.requested is not None:

@@ -165,3 +165,140 @@ def test_ranks_started_with_other_flags_are_refused():
     mp.start_processes(_compare_configs, args=(port, failures), nprocs=2, start_method="spawn")
     messages = [failures.get() for _ in range(2)]
     assert messages == ["rank 1 was started with other flags than rank 0 (seed); start every rank with the same command"] * 2
+
+
+# The tensor collectives the World may call, and where their tensors were, per rank.
+TENSOR_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce_scatter_tensor")
+
+
+def _record_collective_devices(handed: list) -> None:
+    """Note the device of every tensor handed to a tensor collective (the collective then runs as usual)."""
+    for name in TENSOR_COLLECTIVES:
+        real = getattr(torch.distributed, name)
+
+        def noting(*args, _real=real, **kwargs):
+            for arg in args:
+                handed.extend(str(t.device) for t in (arg if isinstance(arg, list) else [arg]) if isinstance(t, torch.Tensor))
+            return _real(*args, **kwargs)
+
+        setattr(torch.distributed, name, noting)
+
+
+def _exchange(rank: int, port: int, device_type: str, backend: str, reports) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = torch.device("cuda", rank % torch.cuda.device_count()) if device_type == "cuda" else torch.device("cpu")
+    if device_type == "cuda":
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group(backend, rank=rank, world_size=2)
+    try:
+        served = sorted({part.split(":")[0] for part in torch.distributed.get_backend_config().split(",")})
+        handed = []
+        _record_collective_devices(handed)
+        world = World(rank=rank, size=2, local_rank=rank, device=device)
+        results = [world.reduce({"a": float(rank), "b": 2.0}), world.reduce({"m": float(rank)}, "max"), world.any(rank == 1),
+                   world.gather_rows(torch.full((1, 2), float(rank), device=device)).tolist()]
+        reports.put((rank, str(device), served, handed, results))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def collective_reports(device_type: str, backend: str) -> list:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reports = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_exchange, args=(port, device_type, backend, reports), nprocs=2, start_method="spawn")
+    return sorted(reports.get() for _ in range(2))
+
+
+def assert_collectives_on_the_world_device(reports: list) -> None:
+    for rank, device, served, handed, results in reports:
+        assert results == [{"a": 0.5, "b": 2.0}, {"m": 1.0}, True, [[0.0, 0.0], [1.0, 1.0]]]
+        assert handed, "no tensor collective ran"
+        # NCCL serves CUDA tensors only: a CPU tensor handed to it fails every multi-GPU run.
+        assert set(handed) == {device}, f"rank {rank} on {device} handed tensors on {sorted(set(handed))}"
+        assert torch.device(device).type in served
+
+
+def test_collectives_hand_tensors_on_the_device_of_a_cpu_world():
+    assert_collectives_on_the_world_device(collective_reports("cpu", "gloo"))
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_collectives_hand_cuda_tensors_on_a_cuda_world():
+    # NCCL needs a GPU per rank; on one GPU, gloo (which serves CUDA tensors too) stands in as the transport.
+    backend = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
+    assert_collectives_on_the_world_device(collective_reports("cuda", backend))
+
+
+def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None:
+    """Two ranks of a DeepSpeed (ZeRO-1, CPU) learner save steps 1 and 2; rank 1's shard of step 2 is then torn."""
+    from datetime import timedelta
+
+    from precision_oat.args import algorithm_spec
+    from precision_oat.runs.checkpoint import resume_checkpoint, save_checkpoint
+    from precision_oat.backends.local.loop import build_learner
+    from tests.conftest import byte_tokenizer, tiny_model
+    from tests.engines.helpers import make_args
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    # A rank left waiting in a collective fails after a minute instead of hanging the test.
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=60))
+    try:
+        world = World(rank=rank, size=2, local_rank=rank)
+        args = make_args(learner="deepspeed", zero_stage=1, dtype="fp32", algo="pg", num_samples=4)
+        learner = build_learner(args, tiny_model(), args.precision.build(), algorithm_spec(args), torch.device("cpu"), world)
+        built = []
+        export_model = learner.export_model
+        learner.export_model = lambda: built.append(rank) or export_model()
+        for step in (1, 2):
+            save_checkpoint(folder, step, learner, byte_tokenizer(), world=world)
+        if rank == 1:
+            shard = next((folder / "checkpoints" / "step_000002" / "deepspeed").glob("*zero_pp_rank_1_*optim_states.pt"))
+            shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+        world.barrier()
+        try:
+            resumed = resume_checkpoint(folder, learner, world)[1]
+        except Exception as e:  # noqa: BLE001 - reported to the test, which names it
+            resumed = f"{type(e).__name__}: {e}"
+        reports.put((rank, len(built), resumed))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_rank_checkpoints(tmp_path_factory):
+    """(folder, [(rank, models it built while saving, step it resumed at)]) of :func:`_save_twice_then_resume`."""
+    import socket
+
+    folder = tmp_path_factory.mktemp("two-ranks")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reports = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_save_twice_then_resume, args=(port, folder, reports), nprocs=2, start_method="spawn")
+    return folder, sorted(reports.get() for _ in range(2))
+
+
+def test_only_rank_0_builds_the_model_it_checkpoints(two_rank_checkpoints):
+    folder, reports = two_rank_checkpoints
+    assert [(rank, built) for rank, built, _ in reports] == [(0, 2), (1, 0)]
+    assert (folder / "checkpoints" / "step_000001" / "model.safetensors").is_file()
+
+
+def test_ranks_fall_back_together_when_one_cannot_read_the_newest_checkpoint(two_rank_checkpoints):
+    _, reports = two_rank_checkpoints
+    assert [(rank, step) for rank, _, step in reports] == [(0, 1), (1, 1)]
+
+
+def test_a_resume_with_another_number_of_processes_is_refused_naming_the_one_recorded(two_rank_checkpoints):
+    from precision_oat.runs.checkpoint import check_world_size
+
+    folder, _ = two_rank_checkpoints
+    with pytest.raises(UserError, match=r"^--resume: step_000001 was written by 2 processes and this run has 1; "
+                                        r"resume with torchrun --nproc-per-node 2$"):
+        check_world_size(folder / "checkpoints" / "step_000001", World())
+    check_world_size(folder / "checkpoints" / "step_000001", World(rank=1, size=2))

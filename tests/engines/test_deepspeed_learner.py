@@ -2,14 +2,17 @@
 update as the built-in learner, its checkpoints, LoRA, and the loop end to end."""
 
 import json
+import weakref
 
 import pytest
 import torch
 
 from precision_oat.args import algorithm_spec
-from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.backends.local.loop import build_learner, train
 from precision_oat.errors import NonFiniteWeights, UserError
+from precision_oat.learners.deepspeed_config import local_fp32_masters
+from precision_oat.precision.weight_sync import push_weights
+from precision_oat.samplers.kv_cache import KVCacheSampler
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
 from tests.engines.test_local_learner import rollout_of
@@ -51,6 +54,27 @@ def test_bf16_deepspeed_learner_keeps_fp32_masters_and_steps():
     # An Adam step of 1e-3 is below bf16's resolution for most weights, but the fp32 masters hold it.
     changed = [n for n, w in masters.items() if not torch.equal(w.cpu(), before[n])]
     assert len(changed) == len(masters)
+
+
+def test_a_weight_sync_streams_the_gathered_masters_one_at_a_time():
+    flags = dict(dtype="bf16", algo="pg", num_samples=4, zero_stage=1, learning_rate=1e-3)
+    learner = build("deepspeed", tiny_model(), **flags)
+    learner.update(rollout_of(tiny_model()), step=0)
+    sampler = KVCacheSampler(tiny_model(), torch.bfloat16)
+    exported, most_alive = [], 0
+
+    def watched(weights):
+        nonlocal most_alive
+        for name, master in weights:
+            exported.append(weakref.ref(master))
+            most_alive = max(most_alive, sum(ref() is not None for ref in exported))
+            yield name, master
+
+    checked = push_weights(sampler, watched(learner.export_weights()), make_args(**flags).precision.build())
+    # Every master reached the sampler and was checked there, but never more than two were held at once
+    # (the one being loaded and the one just checked), not a whole fp32 copy of the model.
+    assert checked == len(exported) == len(learner.trainable) > 2
+    assert most_alive <= 2
 
 
 def test_fp16_deepspeed_on_cpu_is_refused_with_the_fix():

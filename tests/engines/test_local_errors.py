@@ -2,6 +2,7 @@
 
 import json
 import math
+import signal
 
 import pytest
 import torch
@@ -53,3 +54,29 @@ def test_reward_function_returning_nan():
                            RolloutArgs(num_samples=2, max_new_tokens=4), seed=0)
     with pytest.raises(ValueError, match="non-finite reward nan"):
         actor.rollout(NaNTask().train_set()[:2], step=0)
+
+
+class FailingSync(KVCacheSampler):
+    """A sampler whose weight sync fails, as a bug in the caller's own sampler would."""
+
+    def load_weights(self, weights):
+        raise RuntimeError("the sync failed")
+
+
+def test_the_callers_signal_handlers_are_back_after_train_raises(tmp_path, embedded_policy_dir, monkeypatch):
+    from precision_oat.engines.local import loop
+
+    def build(policy, precision, device, rollout, seed, **_):
+        return FailingSync(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id)
+
+    def callers_handler(number, frame):
+        pass
+
+    monkeypatch.setattr(loop, "build_sampler", build)
+    previous = signal.signal(signal.SIGINT, callers_handler)
+    try:
+        with pytest.raises(RuntimeError, match="the sync failed"):
+            train(make_args(model=str(embedded_policy_dir), steps=1, output_dir=str(tmp_path)))
+        assert signal.getsignal(signal.SIGINT) is callers_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -16,6 +16,7 @@ import random
 import signal
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +27,8 @@ from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_
 from precision_oat.algorithms import AlgorithmSpec, compose
 from precision_oat.args import Args, algorithm_spec
 from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
-from precision_oat.runs.checkpoint import checkpoint_step, require_checkpoint, resume_checkpoint, save_checkpoint
+from precision_oat.runs.checkpoint import (check_world_size, checkpoint_step, export_policy, require_checkpoint,
+                                                   resume_checkpoint, save_checkpoint)
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.precision.mismatch_metrics import mismatch_histograms
 from precision_oat.mismatch.preflight import before_fp16_run
@@ -74,6 +76,8 @@ def train(args: Args) -> dict:
     out = world.broadcast(output_dir_for(args))
     check_same_config(world, config_values(out, args))
     newest = require_checkpoint(out) if args.log.resume else None
+    if newest is not None:
+        check_world_size(newest, world)
     # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
     with RunLock(out) if world.is_main else nullcontext():
         finished = None
@@ -119,7 +123,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
 
     start_step = 0
     if args.log.resume:
-        folder, start_step = resume_checkpoint(out, learner)
+        folder, start_step = resume_checkpoint(out, learner, world)
         push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, args, start_step)
@@ -132,38 +136,38 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     steps, per_step = args.train.steps, args.rollout.prompts_per_step
     if steps == 0:
         return evaluate_only(actor, args, log, out)
-    stop = StopRequest()
-    for step in range(start_step, steps):
-        step_start = time.perf_counter()
-        rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
-        metrics.update(learner.update(rollout.to(device), step))
-        sync_start = time.perf_counter()
-        push_weights(sampler, learner.export_weights(), precision)
-        metrics["perf/time/sync"] = time.perf_counter() - sync_start
-        metrics["step"] = step + 1
-        if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
-            metrics.update(actor.evaluate(args.eval, step + 1))
-        metrics["perf/time/other"] = time.perf_counter() - step_start - sum(
-            metrics[f"perf/time/{part}"] for part in STEP_PARTS if part != "other")
-        if log is not None:
-            histograms = None
-            if log.wandb is not None:
-                histograms = mismatch_histograms(rollout.sampler_logprobs, learner.old_logprobs.cpu(),
-                                                 rollout.response_mask)
-            log.log(metrics, histograms, total_steps=steps,
-                    echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
-        # A signal may reach some ranks only: all of them stop at the same step.
-        stopping = world.any(stop.requested is not None)
-        if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stopping:
-            save_checkpoint(out, step + 1, learner, policy.tokenizer, args.log.keep_checkpoints, world)
-        if stopping:
+    # The signal handlers are the caller's again however the loop ends.
+    with StopRequest() as stop:
+        for step in range(start_step, steps):
+            step_start = time.perf_counter()
+            rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
+            metrics.update(learner.update(rollout.to(device), step))
+            sync_start = time.perf_counter()
+            push_weights(sampler, learner.export_weights(), precision)
+            metrics["perf/time/sync"] = time.perf_counter() - sync_start
+            metrics["step"] = step + 1
+            if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
+                metrics.update(actor.evaluate(args.eval, step + 1))
+            metrics["perf/time/other"] = time.perf_counter() - step_start - sum(
+                metrics[f"perf/time/{part}"] for part in STEP_PARTS if part != "other")
             if log is not None:
-                log.close()
-            say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
-            raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
-    stop.restore()
+                histograms = None
+                if log.wandb is not None:
+                    histograms = mismatch_histograms(rollout.sampler_logprobs, learner.old_logprobs.cpu(),
+                                                     rollout.response_mask)
+                log.log(metrics, histograms, total_steps=steps,
+                        echo=(step + 1) % args.log.log_every == 0 or step + 1 == steps)
+            # A signal may reach some ranks only: all of them stop at the same step.
+            stopping = world.any(stop.requested is not None)
+            if (args.log.save_every and (step + 1) % args.log.save_every == 0) or step + 1 == steps or stopping:
+                save_checkpoint(out, step + 1, learner, policy.tokenizer, args.log.keep_checkpoints, world)
+            if stopping:
+                if log is not None:
+                    log.close()
+                say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
+                raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
     # Gathering the final weights is collective with several processes; rank 0 probes them.
-    final = Policy(learner.export_model(), policy.tokenizer, None) if args.log.probe_dtypes else None
+    final = export_policy(learner, world) if args.log.probe_dtypes else None
     if not world.is_main:
         return {}
     log.close()
@@ -174,7 +178,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
         del learner, sampler, actor.sampler
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        probe = probe_mismatch(final, [actor.encode(e) for e in examples[:32]], args, device)
+        probe = probe_mismatch(Policy(final, policy.tokenizer, None), [actor.encode(e) for e in examples[:32]], args, device)
         (out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, out, probe)
     write_json(out / "summary.json", summary)  # atomic: its presence marks the run finished
@@ -192,6 +196,7 @@ def processes(args: Args) -> tuple[World, "torch.device"]:
             device = torch.device("cuda", world.local_rank)
             torch.cuda.set_device(device)
         ensure_process_group(device)
+        world = replace(world, device=device)
     return world, device
 
 
