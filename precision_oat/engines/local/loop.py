@@ -27,6 +27,7 @@ from precision_oat.args import Args, algorithm_spec
 from precision_oat.data_parallel import SINGLE, World, check_layout, check_same_config, world_from_env
 from precision_oat.engines.local.checkpoint import checkpoint_step, require_checkpoint, resume_checkpoint, save_checkpoint
 from precision_oat.engines.local.learner import PrecisionLearner
+from precision_oat.errors import UserError
 from precision_oat.mismatch import mismatch_histograms
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
@@ -60,13 +61,10 @@ def build_learner(args: Args, model, precision, spec, device, world: World = SIN
 
 def train(args: Args) -> dict:
     """Run the loop; return the summary (also printed and written to OUTPUT_DIR/summary.json)."""
-    # Everything that can be wrong with the arguments fails here, before any model loads.
+    # Everything that can be wrong with the arguments fails here, before any model loads or any file is written.
     precision = args.precision.build()
     spec = algorithm_spec(args)
-    if args.rollout.sampler == "vllm":
-        stacks.require("vllm")
-    if args.train.learner == "deepspeed":
-        stacks.require("deepspeed")
+    check_before_start(args, precision)
     world, device = processes(args)
     out = world.broadcast(output_dir_for(args))
     check_same_config(world, config_values(out, args))
@@ -171,6 +169,25 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     summary = summarize_run(log.history, out, probe)
     write_json(out / "summary.json", summary)  # atomic: its presence marks the run finished
     return summary
+
+
+def check_before_start(args: Args, precision: Precision) -> None:
+    """Refuse what the flags cannot do with this launcher, these installed stacks and these devices."""
+    world = world_from_env()
+    r, t = args.rollout, args.train
+    if r.sampler == "vllm" and world.size > 1:
+        raise UserError(f"--sampler vllm: {world.size} processes (WORLD_SIZE) are not supported with vLLM yet; "
+                        "run one process, or use --sampler builtin under torchrun")
+    if r.sampler == "vllm":
+        stacks.require("vllm")
+    if t.learner == "deepspeed":
+        stacks.require("deepspeed")
+        if precision.trainer == "fp16" and resolve_device(t.device).type != "cuda":
+            flag = "--trainer-dtype" if args.precision.trainer_dtype else "--dtype"
+            raise UserError(f"{flag} fp16: --learner deepspeed needs a CUDA device for fp16 (DeepSpeed refuses "
+                            f"fp16 on CPU); use --learner builtin, or {flag} bf16/fp32")
+    # The evaluation sets are checked once the task is built.
+    check_layout(world, t.learner, r.prompts_per_step, r.num_samples, t.train_batch_size, {})
 
 
 def processes(args: Args) -> tuple[World, "torch.device"]:
