@@ -96,6 +96,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     random.seed(args.train.seed)
     policy = load_policy(args.model)
     task = build_task(args.task, args.eval, policy.tokenizer)
+    task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
                  args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
     examples = task.train_set()
