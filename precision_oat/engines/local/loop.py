@@ -40,6 +40,7 @@ from precision_oat.run_lock import RunLock
 from precision_oat.run_log import RunLog
 from precision_oat.stop_request import StopRequest
 from precision_oat.samplers import build_sampler
+from precision_oat.sampling import SamplingParams, stop_token_ids
 from precision_oat.seeds import PROMPT_ORDER, derive_seed
 from precision_oat.tasks import build_task
 from precision_oat.weight_sync import push_weights
@@ -102,8 +103,11 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     examples = task.train_set()
     if not args.log.resume and world.is_main:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
+        responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,
+                                   max_new_tokens=args.rollout.max_new_tokens,
+                                   stop_token_ids=stop_token_ids(policy.tokenizer), seed=args.train.seed)
         before_fp16_run(policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision,
-                        args.precision, out, device, log=lambda line: say(line, flush=True))
+                        args.precision, out, device, log=lambda line: say(line, flush=True), responses=responses)
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
