@@ -465,8 +465,11 @@ class Args(Checked):
             raise UserError("--resume needs --output-dir, the folder of the run to continue")
         if self.log.resume and self.backend == "oat":
             raise UserError("--resume works with --backend local only; Oat's runs start afresh")
+        # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
-            self.precision.build().deepspeed_config()  # what DeepSpeed's scaler and master weights cannot do
+            self.precision.build().check_deepspeed("--backend oat")
+        elif self.train.learner == "deepspeed":
+            self.precision.build().check_deepspeed("--learner deepspeed")
         _check_sampler_precision(self)
         if self.task.task == "arithmetic":
             for name, value in (("prompt_data", self.task.prompt_data), ("eval_data", self.eval.eval_data),

@@ -46,6 +46,8 @@ EXTRA: list[Bad] = [
     bad("--task", "math", "--prompt-data", "data/train/math_1k5", "--input-key", "question", flag="--input-key"),
     bad("--task", "math", "--eval-every", "1", "--eval-data", "no/such/suite", flag="--eval-data"),
     bad("--task", "math", "--eval-every", "1", "--eval-benchmarks", "gsm8k", flag="--eval-benchmarks"),
+    # A length limit no right answer fits in, measured in the model's tokens.
+    bad("--task", "counting", "--max-new-tokens", "8", flag="--max-new-tokens"),
     # Run folders: a finished one-step run made by the base command, copied per row.
     bad("--output-dir", "{run}", flag="--output-dir", output_dir=False),
     bad("--output-dir", "{run}", "--resume", "--learning-rate", "1e-3", flag="--learning-rate", output_dir=False),

@@ -84,6 +84,9 @@ BAD_INPUTS: list[Bad] = [
     bad("--dtype", "fp16", "--loss-scaling", "none", flag="--loss-scaling"),
     bad("--dtype", "fp16", "--master-dtype", "bf16", flag="--master-dtype"),
     bad("--backend", "oat", "--initial-loss-scale", "1000", flag="--initial-loss-scale"),  # DeepSpeed: powers of two
+    bad("--learner", "deepspeed", "--initial-loss-scale", "1000", flag="--initial-loss-scale"),
+    bad("--learner", "deepspeed", "--loss-scale-growth-factor", "3", flag="--loss-scale-growth-factor"),
+    bad("--learner", "deepspeed", "--dtype", "bf16", "--master-dtype", "bf16", flag="--master-dtype", cli=True),
     bad("--fp16-preflight-margin", "0"),
     bad(flag="--lm-head-dtype", preset="lm_head_dtype: fp16\n"),
     bad("--lm-head-dtype", "fp32", "--sampler", "vllm", flag="--lm-head-dtype", cli=True),  # vLLM: head in model dtype

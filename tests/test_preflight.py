@@ -18,8 +18,10 @@ from precision_oat.mismatch.preflight import (
     format_report,
     fp16_gradient_counts,
     run_preflight,
+    with_responses,
 )
 from precision_oat.precision.policy import PrecisionError
+from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
 
 # Six prompts of 5..10 tokens (vocab 32, no token 0), so micro-batches mix lengths and need padding.
@@ -65,6 +67,24 @@ def test_tiny_model_has_large_headroom_and_passes_check():
     table = format_report(report)
     assert table.splitlines()[2].split()[0] == "logits"
     assert report["modules"][0]["name"] in table.splitlines()[3]
+
+
+def test_response_positions_are_measured_with_the_prompts():
+    model = tiny_model()
+    params = SamplingParams(max_new_tokens=6, seed=0)
+    sequences = with_responses(model, PROMPTS, params, "cpu")
+    assert all(s[: len(p)] == p and len(s) > len(p) for s, p in zip(sequences, PROMPTS))
+    report = run_preflight(model, PROMPTS, initial_loss_scale=2.0**16, device="cpu", micro_batch_size=4,
+                           responses=params)
+    assert report["response_tokens"] == sum(map(len, sequences)) - sum(map(len, PROMPTS)) > 0
+    assert report["tokens"] == sum(map(len, sequences))
+    # The same numbers as a preflight of the prompts with their responses written out.
+    written_out = _preflight(model, prompts=sequences)
+    assert report["modules"] == written_out["modules"] and report["gradients"] == written_out["gradients"]
+    # The responses add positions: no maximum falls below the prompts' own, and some rise above it.
+    prompts_only = {r["name"]: r["max_abs"] for r in _preflight(model)["modules"]}
+    assert all(r["max_abs"] >= prompts_only[r["name"]] * (1 - 1e-6) for r in report["modules"])
+    assert any(r["max_abs"] > prompts_only[r["name"]] * (1 + 1e-3) for r in report["modules"])
 
 
 def test_padding_positions_are_left_out_of_every_maximum():

@@ -4,7 +4,8 @@ A step of P prompts × G samples is the same step on any N:
 
 - rank r samples prompts [r·P/N, (r+1)·P/N) of the step, whole groups, so advantages never
   mix ranks, and every response draws from the stream of its place in the whole batch
-  (``SamplingParams.first_prompt``), so the samples are the ones one process would draw;
+  (``SamplingParams.first_prompt``), so it draws the uniforms one process would draw (the same
+  tokens only where the logits agree: on a GPU they depend on the batch shape, docs/scaling.md);
 - the ranks exchange their responses, so every rank holds the whole rollout, its rewards,
   advantages and mismatch statistics, exactly as one process computes them;
 - each rank scores π_old on its share of the rows, and the scores are exchanged;

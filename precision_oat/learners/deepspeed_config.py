@@ -63,7 +63,7 @@ def engine_config(precision: Precision, micro_batch_size: int, zero_stage: int, 
         "zero_optimization": {"stage": zero_stage},
         "steps_per_print": 2**62,
         "wall_clock_breakdown": False,
-        **precision.deepspeed_config(),
+        **precision.deepspeed_config("--learner deepspeed"),
     }
     if optimizer is not None:
         config["optimizer"] = optimizer

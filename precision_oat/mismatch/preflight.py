@@ -1,15 +1,17 @@
 """The fp16 preflight: will this policy fit in fp16? One forward and one backward tell.
 
 fp16 tops out at 65504. Before an fp16 run, :func:`run_preflight` runs the policy once on
-real prompts, in fp32 on a copy of the weights (so every number is a real magnitude, not
-an inf that already overflowed), and reports:
+real prompts, each followed by a response the policy samples (activations at response
+positions, far from the prompt, are what training computes most of), in fp32 on a copy of
+the weights (so every number is a real magnitude, not an inf that already overflowed), and
+reports:
 
 1. the largest |activation| of every module output and of the logits, and the headroom
    65504 / max|x| of each: below 1 the value overflows to inf in fp16, below a few it is
    one unlucky prompt away from doing so;
 2. whether the same forward computed in fp16 produces inf or nan, and in which module first;
 3. the share of gradient values (of one backward of the mean next-token negative
-   log-likelihood of the prompts) that, multiplied by the initial loss scale, round to zero
+   log-likelihood of the prompts and responses) that, multiplied by the initial loss scale, round to zero
    in fp16 (magnitude at most 2**-25, half the smallest subnormal 2**-24) or fall below the
    smallest normal 2**-14 (and so keep fewer than 10 mantissa bits).
 
@@ -28,6 +30,7 @@ that are padding are left out of every maximum.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import json
 import math
@@ -42,6 +45,7 @@ import torch
 from precision_oat.errors import UserError
 from precision_oat.mismatch.prompts import PromptSource, load_prompts
 from precision_oat.precision.policy import Precision, PrecisionError
+from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
 if TYPE_CHECKING:
     from precision_oat.args import PrecisionArgs
@@ -61,20 +65,23 @@ WORST_PARAMETERS = 5
 
 
 def run_preflight(model, prompt_ids: list[list[int]], *, initial_loss_scale: float, device,
-                  micro_batch_size: int = 8) -> dict:
+                  micro_batch_size: int = 8, responses: Optional[SamplingParams] = None) -> dict:
     """Activation headroom, fp16 forward finiteness and gradient underflow of ``model`` on ``prompt_ids``.
 
     ``model`` is an HF causal LM in any dtype on any device; it is left untouched (the work
     happens on a copy in fp32 on ``device``, cast to fp16 for the second forward, then freed).
+    With ``responses``, each prompt is followed by one response sampled with those settings,
+    and the prompt and response positions are measured together; without, the prompts alone.
     """
     _validate(model, prompt_ids, initial_loss_scale, micro_batch_size)
     device = torch.device(device)
+    sequences = prompt_ids if responses is None else with_responses(model, prompt_ids, responses, device)
     work = copy.deepcopy(model).to(device=device, dtype=torch.float32).eval()
     try:
         for p in work.parameters():
             p.grad = None
             p.requires_grad_(True)
-        batches = list(_micro_batches(prompt_ids, micro_batch_size, _pad_id(work), device))
+        batches = list(_micro_batches(sequences, micro_batch_size, _pad_id(work), device))
         activations, nll = _fp32_forward_backward(work, batches)
         gradients = _gradient_report(work, initial_loss_scale)
         gradients["loss"] = nll
@@ -93,7 +100,8 @@ def run_preflight(model, prompt_ids: list[list[int]], *, initial_loss_scale: flo
     return {
         "fp16_max": FP16_MAX,
         "prompts": len(prompt_ids),
-        "tokens": sum(len(ids) for ids in prompt_ids),
+        "tokens": sum(len(ids) for ids in sequences),
+        "response_tokens": sum(len(ids) for ids in sequences) - sum(len(ids) for ids in prompt_ids),
         "device": str(device),
         "min_headroom": {"name": worst["name"], "max_abs": worst["max_abs"], "headroom": worst["headroom"]},
         "logits": logits,
@@ -101,6 +109,18 @@ def run_preflight(model, prompt_ids: list[list[int]], *, initial_loss_scale: flo
         "fp16_forward": fp16_forward,
         "gradients": gradients,
     }
+
+
+def with_responses(model, prompt_ids: list[list[int]], params: SamplingParams, device) -> list[list[int]]:
+    """Each prompt followed by one response that ``model`` samples in fp32 with ``params``."""
+    from precision_oat.samplers.kv_cache import KVCacheSampler
+
+    sampler = KVCacheSampler(model, torch.float32, device, _pad_id(model))
+    try:
+        completions = sampler.generate(prompt_ids, dataclasses.replace(params, n=1))
+    finally:
+        del sampler
+    return [c.prompt_ids + c.response_ids for c in completions]
 
 
 def check(report: dict, margin: float = DEFAULT_MARGIN, margin_flag: str = "--margin") -> None:
@@ -127,10 +147,11 @@ def check(report: dict, margin: float = DEFAULT_MARGIN, margin_flag: str = "--ma
 
 
 def before_fp16_run(model, prompt_ids: list[list[int]], precision: Precision, flags: "PrecisionArgs", folder: Path,
-                    device, log=print) -> Optional[dict]:
+                    device, log=print, responses: Optional[SamplingParams] = None) -> Optional[dict]:
     """The automatic preflight of a training run that computes in fp16 on either side.
 
-    Runs on ``prompt_ids`` (the run's first prompts, at most :data:`RUN_PROMPTS`), writes
+    Runs on ``prompt_ids`` (the run's first prompts, at most :data:`RUN_PROMPTS`), each followed
+    by a response sampled with ``responses`` (the run's sampling settings), writes
     ``folder/preflight.json`` and ``folder/preflight.txt`` (the table), prints a one-line
     verdict, and raises :class:`PrecisionError` (one line) when :func:`check` fails at
     ``--fp16-preflight-margin``. Returns the report; None when nothing runs in fp16 or
@@ -143,7 +164,7 @@ def before_fp16_run(model, prompt_ids: list[list[int]], precision: Precision, fl
         return None
     scale = precision.loss_scaling.initial_scale if precision.loss_scaling.enabled else 1.0
     report = run_preflight(model, prompt_ids[:RUN_PROMPTS], initial_loss_scale=scale, device=device,
-                           micro_batch_size=RUN_MICRO_BATCH)
+                           micro_batch_size=RUN_MICRO_BATCH, responses=responses)
     folder = Path(folder)
     (folder / "preflight.json").write_text(json.dumps(report, indent=2, allow_nan=False))
     (folder / "preflight.txt").write_text(format_report(report) + "\n")
@@ -161,7 +182,8 @@ def before_fp16_run(model, prompt_ids: list[list[int]], precision: Precision, fl
 
 def format_report(report: dict) -> str:
     """A short table: the modules with the least headroom, the logits, the fp16 forward, the gradients."""
-    lines = [f"fp16 preflight · {report['prompts']} prompts, {report['tokens']} tokens · "
+    lines = [f"fp16 preflight · {report['prompts']} prompts, {report['tokens']} tokens "
+             f"({report['response_tokens']} of them in responses) · "
              f"device {report['device']} · headroom = {FP16_MAX:.0f} / max|activation|"]
     rows = [report["logits"], *report["modules"][:TABLE_MODULES]]
     width = max(len(r["name"]) for r in rows)
@@ -417,6 +439,8 @@ class PreflightArgs(PromptSource):
     micro_batch_size: int = 8
     # "auto" picks CUDA when available.
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Tokens of the response sampled after each prompt (fp32, temperature 1) and measured with it; 0 measures prompts alone.
+    response_tokens: int = 64
     # Loss scale of the first fp16 step (the training default is 2**16).
     initial_loss_scale: float = 2.0**16
     # Fail when an activation is within this factor of 65504 (headroom below it).
@@ -436,8 +460,10 @@ def preflight_from_args(args: PreflightArgs, log=print) -> dict:
     if not prompts:
         raise UserError(f"--prompt-data {args.prompt_data}: no prompts to run the preflight on")
     prompt_ids = [policy.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+    responses = SamplingParams(max_new_tokens=args.response_tokens, stop_token_ids=stop_token_ids(policy.tokenizer),
+                               seed=0) if args.response_tokens > 0 else None
     report = run_preflight(policy.model, prompt_ids, initial_loss_scale=args.initial_loss_scale, device=device,
-                           micro_batch_size=args.micro_batch_size)
+                           micro_batch_size=args.micro_batch_size, responses=responses)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "preflight.json").write_text(json.dumps(report, indent=2, allow_nan=False))

@@ -36,6 +36,8 @@ LM_HEAD_WEIGHT = "lm_head.weight"
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 VLLM_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 MANTISSA_BITS = {"fp16": 10, "bf16": 7, "fp32": 23}
+# The flag that puts DeepSpeed in charge of training → the flag that trains without it.
+DEEPSPEED_ALTERNATIVES = {"--learner deepspeed": "--learner builtin", "--backend oat": "--backend local"}
 
 
 class PrecisionError(UserError):
@@ -190,22 +192,35 @@ class Precision:
         """The ``dtype=`` argument of ``vllm.LLM``."""
         return VLLM_DTYPES[self.sampler]
 
-    def deepspeed_config(self) -> dict:
+    def check_deepspeed(self, chosen_by: str) -> None:
+        """Refuse what DeepSpeed's optimiser and loss scaler cannot do; ``chosen_by`` is the flag that picked DeepSpeed."""
+        instead = DEEPSPEED_ALTERNATIVES[chosen_by]
+        if self.master != "fp32":
+            raise PrecisionError(
+                f"--master-dtype {self.master}: DeepSpeed ({chosen_by}) keeps fp32 master weights; "
+                f"use --master-dtype fp32, or {instead} to keep {self.master} master weights"
+            )
+        ls = self.loss_scaling
+        if self.trainer != "fp16" or ls.mode != "dynamic":
+            return
+        if ls.growth_factor != 2.0 or ls.backoff_factor != 0.5:
+            raise PrecisionError(
+                f"--loss-scale-growth-factor {ls.growth_factor:g} / --loss-scale-backoff-factor {ls.backoff_factor:g}: "
+                f"DeepSpeed's loss scaler ({chosen_by}) always grows ×2 and backs off ×0.5; leave both at their "
+                f"defaults, or use {instead}"
+            )
+        if not math.log2(ls.initial_scale).is_integer():
+            raise PrecisionError(
+                f"--initial-loss-scale {ls.initial_scale:g}: DeepSpeed ({chosen_by}) needs a power of two "
+                f"(e.g. 65536), or use {instead}"
+            )
+
+    def deepspeed_config(self, chosen_by: str = "--backend oat") -> dict:
         """The ``fp16`` / ``bf16`` sections of a DeepSpeed config (empty for fp32)."""
-        if self.master != "fp32" and self.trainer != "fp32":
-            raise PrecisionError("DeepSpeed keeps fp32 master weights; use --master-dtype fp32 with --backend oat")
+        self.check_deepspeed(chosen_by)
         ls = self.loss_scaling
         if self.trainer == "fp16":
-            if ls.mode == "dynamic" and (ls.growth_factor != 2.0 or ls.backoff_factor != 0.5):
-                raise PrecisionError(
-                    "DeepSpeed's loss scaler always grows ×2 and backs off ×0.5; leave "
-                    "--loss-scale-growth-factor and --loss-scale-backoff-factor at their defaults with --backend oat"
-                )
             power = math.log2(ls.initial_scale)
-            if ls.mode == "dynamic" and not power.is_integer():
-                raise PrecisionError(
-                    f"--initial-loss-scale {ls.initial_scale}: DeepSpeed needs a power of two with --backend oat (e.g. 65536)"
-                )
             return {
                 "fp16": {
                     "enabled": True,

@@ -40,6 +40,11 @@ def output_dir_for(args: Args) -> Path:
 def start_new_run(out: Path, args: Args) -> None:
     """Make ``out`` the folder of a new run: refuse when it holds one, unless ``--overwrite`` deletes it; write config.json."""
     found = [name for name in RUN_MARKERS if (out / name).exists()]
+    if found and stopped_before_first_step(out):
+        # Nothing of it is worth keeping: its flags are the ones being replaced, and it has no step to resume.
+        print(f"--output-dir {out}: its earlier run stopped before its first step ({describe_run(out, found)}); "
+              "starting afresh there", flush=True)
+        found = []
     if found and not args.log.overwrite:
         raise UserError(
             f"--output-dir {out} already holds a run ({describe_run(out, found)}); continue it with --resume, "
@@ -52,6 +57,13 @@ def start_new_run(out: Path, args: Args) -> None:
         elif path.exists() or path.is_symlink():
             path.unlink()
     write_json(out / "config.json", config_values(out, args))
+
+
+def stopped_before_first_step(out: Path) -> bool:
+    """True when the run in ``out`` wrote its config.json and nothing after: no metrics row, no checkpoint, no summary."""
+    metrics = out / "metrics.jsonl"
+    return (not (out / "checkpoints").exists() and not (out / "summary.json").exists()
+            and (not metrics.exists() or not metrics.read_text().strip()))
 
 
 def describe_run(out: Path, found: list[str]) -> str:

@@ -106,6 +106,21 @@ class CountingTask(Task):
         worked = HEADER.format(a=d, b=d + b - a) + _lines(d, d + b - a)
         return worked + "\n" + HEADER.format(a=a, b=b) + _lines(a, a + SHOWN - 1)
 
+    def answer(self, example: Example) -> str:
+        """The right response to ``example``: the rest of the count, one number a line."""
+        return _lines(int(example.question) + SHOWN, int(example.reference))
+
+    def check_response_limit(self, tokenizer, max_new_tokens: int) -> None:
+        """Refuse a ``--max-new-tokens`` under the shortest right answer: no response could ever be complete."""
+        # A right answer ends only once the end-of-sequence token follows it.
+        lengths = [len(tokenizer.encode(self.answer(e), add_special_tokens=False)) + 1 for e in self._train]
+        if lengths and max_new_tokens < min(lengths):
+            raise UserError(
+                f"--max-new-tokens {max_new_tokens}: the counting task's shortest right answer is {min(lengths)} "
+                f"tokens of this tokenizer with its end-of-sequence token (the longest {max(lengths)}), so every "
+                f"response would be cut before it ends; use --max-new-tokens {max(lengths)} or more"
+            )
+
     def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         return [
             float(self.truncated_reward) if cut and self.truncated_reward is not None else count_reward(r, ex)

@@ -39,6 +39,9 @@ class Task(abc.ABC):
     def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         """One reward per response. ``truncated`` marks responses cut at the length limit."""
 
+    def check_response_limit(self, tokenizer, max_new_tokens: int) -> None:
+        """Refuse a ``--max-new-tokens`` below every right answer; only tasks that know their answers can tell."""
+
     def correctness(self, responses: Sequence[str], examples: Sequence[Example]) -> list[bool]:
         """Whether each response is right, whatever its length (for evaluation)."""
         return [r > 0 for r in self.score(responses, examples, [False] * len(responses))]

@@ -10,6 +10,7 @@ import torch
 from precision_oat.rl.actor import PrecisionActor
 from precision_oat.args import RolloutArgs
 from precision_oat.backends.local.loop import train
+from precision_oat.errors import UserError
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
 from tests.conftest import tiny_model
@@ -64,7 +65,7 @@ class FailingSync(KVCacheSampler):
 
 
 def test_the_callers_signal_handlers_are_back_after_train_raises(tmp_path, embedded_policy_dir, monkeypatch):
-    from precision_oat.engines.local import loop
+    from precision_oat.backends.local import loop
 
     def build(policy, precision, device, rollout, seed, **_):
         return FailingSync(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id)
@@ -80,3 +81,49 @@ def test_the_callers_signal_handlers_are_back_after_train_raises(tmp_path, embed
         assert signal.getsignal(signal.SIGINT) is callers_handler
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_deepspeed_refuses_low_precision_masters_before_writing_anything(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match=r"^test: --master-dtype bf16: DeepSpeed \(--learner deepspeed\) keeps fp32 "
+                                        r"master weights; use --master-dtype fp32, or --learner builtin"):
+        train(make_args(learner="deepspeed", dtype="bf16", master_dtype="bf16", output_dir=str(out)))
+    assert not out.exists()
+
+
+def test_deepspeed_fp16_on_cpu_is_refused_naming_the_flag_before_writing_anything(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("fp16 DeepSpeed runs where CUDA is")
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match=r"^--trainer-dtype fp16: --learner deepspeed needs a CUDA device"):
+        train(make_args(learner="deepspeed", dtype="bf16", trainer_dtype="fp16", master_dtype="fp32",
+                        output_dir=str(out)))
+    assert not out.exists()
+
+
+def test_a_folder_whose_run_stopped_before_its_first_step_takes_the_corrected_command(tmp_path, embedded_policy_dir):
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match="--max-prompt-length 3"):
+        train(make_args(model=str(embedded_policy_dir), max_prompt_length=3, steps=1, output_dir=str(out)))
+    assert (out / "config.json").is_file() and not (out / "checkpoints").exists()
+    summary = train(make_args(model=str(embedded_policy_dir), steps=1, output_dir=str(out)))
+    assert summary["steps"] == 1
+    assert json.loads((out / "config.json").read_text())["max_prompt_length"] == 512
+
+
+def test_a_folder_whose_run_finished_a_step_is_still_refused(tmp_path, embedded_policy_dir):
+    out = tmp_path / "run"
+    train(make_args(model=str(embedded_policy_dir), steps=1, save_every=None, output_dir=str(out)))
+    (out / "summary.json").unlink()
+    with pytest.raises(UserError, match="already holds a run"):
+        train(make_args(model=str(embedded_policy_dir), steps=1, output_dir=str(out)))
+
+
+def test_the_vllm_sampler_under_torchrun_is_refused_before_writing_anything(tmp_path, monkeypatch):
+    # What torchrun tells each of its processes.
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match=r"^--sampler vllm: 2 processes \(WORLD_SIZE\) are not supported"):
+        train(make_args(sampler="vllm", learner="deepspeed", dtype="bf16", output_dir=str(out)))
+    assert not out.exists()

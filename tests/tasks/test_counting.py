@@ -115,3 +115,27 @@ def test_built_from_the_flags():
         build_task(TaskArgs(task="counting", prompt_template="chat"), EvalArgs())
     with pytest.raises(UserError, match="--prompt-data"):
         build_task(TaskArgs(task="counting", prompt_data="x.jsonl"), EvalArgs())
+
+
+def test_a_response_limit_under_the_shortest_right_answer_is_refused_naming_both_lengths():
+    from precision_oat.tasks.arithmetic import char_tokenizer
+
+    task = CountingTask(num_train=4, num_eval=0, seed=1)
+    # Character tokens: three digits and a newline a line, and the end-of-sequence token after the last.
+    lines = [int(e.reference) - int(e.question) - SHOWN + 1 for e in task.train_set()]
+    shortest, longest = 4 * min(lines) + 1, 4 * max(lines) + 1
+    with pytest.raises(UserError, match=rf"^--max-new-tokens {shortest - 1}: the counting task's shortest right "
+                                        rf"answer is {shortest} tokens .* \(the longest {longest}\).*"
+                                        rf"use --max-new-tokens {longest} or more$"):
+        task.check_response_limit(char_tokenizer(), shortest - 1)
+    task.check_response_limit(char_tokenizer(), shortest)
+
+
+def test_a_counting_run_with_too_few_new_tokens_stops_before_sampling(tmp_path, embedded_policy_dir):
+    from precision_oat.backends.local.loop import train
+    from tests.engines.helpers import make_args
+
+    out = tmp_path / "run"
+    with pytest.raises(UserError, match=r"^--max-new-tokens 8: the counting task's shortest right answer"):
+        train(make_args(model=str(embedded_policy_dir), task="counting", max_new_tokens=8, output_dir=str(out)))
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "run.lock"]

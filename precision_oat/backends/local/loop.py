@@ -31,6 +31,7 @@ from precision_oat.runs.checkpoint import (check_world_size, checkpoint_step, ex
                                                    resume_checkpoint, save_checkpoint)
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.precision.mismatch_metrics import mismatch_histograms
+from precision_oat.errors import UserError
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.precision.policy import Precision
@@ -43,6 +44,7 @@ from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.signals import StopRequest
 from precision_oat.samplers import build_sampler
+from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 from precision_oat.rl.seeds import PROMPT_ORDER, derive_seed
 from precision_oat.tasks import build_task
 from precision_oat.precision.weight_sync import push_weights
@@ -65,13 +67,10 @@ def build_learner(args: Args, model, precision, spec, device, world: World = SIN
 
 def train(args: Args) -> dict:
     """Run the loop; return the summary (also printed and written to OUTPUT_DIR/summary.json)."""
-    # Everything that can be wrong with the arguments fails here, before any model loads.
+    # Everything that can be wrong with the arguments fails here, before any model loads or any file is written.
     precision = args.precision.build()
     spec = algorithm_spec(args)
-    if args.rollout.sampler == "vllm":
-        stacks.require("vllm")
-    if args.train.learner == "deepspeed":
-        stacks.require("deepspeed")
+    check_before_start(args, precision)
     world, device = processes(args)
     out = world.broadcast(output_dir_for(args))
     check_same_config(world, config_values(out, args))
@@ -105,13 +104,17 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     random.seed(args.train.seed)
     policy = load_policy(args.model)
     task = build_task(args.task, args.eval, policy.tokenizer)
+    task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
                  args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
     examples = task.train_set()
     if not args.log.resume and world.is_main:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
+        responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,
+                                   max_new_tokens=args.rollout.max_new_tokens,
+                                   stop_token_ids=stop_token_ids(policy.tokenizer), seed=args.train.seed)
         before_fp16_run(policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision,
-                        args.precision, out, device, log=lambda line: say(line, flush=True))
+                        args.precision, out, device, log=lambda line: say(line, flush=True), responses=responses)
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
@@ -183,6 +186,25 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     summary = summarize_run(log.history, out, probe)
     write_json(out / "summary.json", summary)  # atomic: its presence marks the run finished
     return summary
+
+
+def check_before_start(args: Args, precision: Precision) -> None:
+    """Refuse what the flags cannot do with this launcher, these installed stacks and these devices."""
+    world = world_from_env()
+    r, t = args.rollout, args.train
+    if r.sampler == "vllm" and world.size > 1:
+        raise UserError(f"--sampler vllm: {world.size} processes (WORLD_SIZE) are not supported with vLLM yet; "
+                        "run one process, or use --sampler builtin under torchrun")
+    if r.sampler == "vllm":
+        stacks.require("vllm")
+    if t.learner == "deepspeed":
+        stacks.require("deepspeed")
+        if precision.trainer == "fp16" and resolve_device(t.device).type != "cuda":
+            flag = "--trainer-dtype" if args.precision.trainer_dtype else "--dtype"
+            raise UserError(f"{flag} fp16: --learner deepspeed needs a CUDA device for fp16 (DeepSpeed refuses "
+                            f"fp16 on CPU); use --learner builtin, or {flag} bf16/fp32")
+    # The evaluation sets are checked once the task is built.
+    check_layout(world, t.learner, r.prompts_per_step, r.num_samples, t.train_batch_size, {})
 
 
 def processes(args: Args) -> tuple[World, "torch.device"]:
