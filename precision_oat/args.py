@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -308,6 +309,11 @@ class TrainArgs(Checked):
     self_consistent_old_logprobs: bool = False
     # Response positions per chunk of the local learner's fp32 log-softmax (memory: chunk × vocabulary × 4 bytes).
     logprob_chunk_size: int = 1024
+    # Your own learner class as "module:Class" (local backend), run as given: a subclass of --learner's base
+    # with the algorithm's mixins in it (docs/extending.md); the module is imported from the working directory.
+    learner_class: Optional[str] = None
+    # Your own actor class as "module:Class" (local backend): a subclass of precision_oat.rl.actor.PrecisionActor.
+    actor_class: Optional[str] = None
 
     def check(self) -> None:
         super().check()
@@ -323,6 +329,10 @@ class TrainArgs(Checked):
         checks.integer(self, "logprob_chunk_size", 1)
         checks.integer(self, "seed", 0, 2**32 - 1)
         checks.integer(self, "zero_stage", 0, 3, why="DeepSpeed's ZeRO stages")
+        for name in ("learner_class", "actor_class"):
+            value = getattr(self, name)
+            if value is not None and not re.fullmatch(r"[\w.]+:\w+", value):
+                reject(name, value, "must be module:Class, e.g. my_learners:MyLearner")
 
 
 @dataclass
@@ -465,6 +475,10 @@ class Args(Checked):
             raise UserError("--resume needs --output-dir, the folder of the run to continue")
         if self.log.resume and self.backend == "oat":
             raise UserError("--resume works with --backend local only; Oat's runs start afresh")
+        for name in ("learner_class", "actor_class"):
+            if getattr(self.train, name) is not None and self.backend == "oat":
+                raise UserError(f"{checks.flag(name)} works with --backend local; with Oat, hand your classes to "
+                                "oat.interface.get_program (docs/extending.md)")
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")

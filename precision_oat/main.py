@@ -19,7 +19,7 @@ def run(args: Args) -> dict:
         from precision_oat.backends.oat.program import run as run_oat
 
         return run_oat(args)
-    from precision_oat.backends.local.loop import train
+    from precision_oat.backends.local.driver import train
 
     return train(args)
 

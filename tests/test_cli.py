@@ -37,7 +37,7 @@ MAIN = "import runpy, sys; sys.argv = ['precision_oat.main', *{argv!r}]; runpy.r
 
 CHECK_IMPORTS = f"""
 import sys
-import precision_oat.main, precision_oat.backends.local.loop
+import precision_oat.main, precision_oat.backends.local.driver
 print(sorted(m for m in {BACKENDS!r} if m in sys.modules))
 """
 

@@ -136,5 +136,5 @@ def test_no_two_modules_or_classes_share_a_name():
 
 def test_the_reader_sees_real_imports():
     # Imports inside functions count too (the loop builds DeepSpeed lazily).
-    assert "precision_oat.learners.deepspeed_learner" in GRAPH["precision_oat.backends.local.loop"]
-    assert "precision_oat.backends.local.loop" in GRAPH["precision_oat.main"]
+    assert "precision_oat.learners.deepspeed_learner" in GRAPH["precision_oat.backends.local.driver"]
+    assert "precision_oat.backends.local.driver" in GRAPH["precision_oat.main"]

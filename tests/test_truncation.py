@@ -8,7 +8,7 @@ from functools import partial
 
 import torch
 
-from precision_oat.backends.local.loop import train
+from precision_oat.backends.local.driver import train
 from precision_oat.rl.rollout import collate
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams

@@ -1,6 +1,6 @@
 """The built-in learner: full-sequence scoring in the trainer dtype, fp32 master weights.
 
-``PrecisionLearner`` is an :class:`~precision_oat.rl.step.RLStep`: the update itself (π_old,
+``PrecisionLearner`` is a :class:`~precision_oat.learners.learner.Learner`: the update itself (π_old,
 mismatch, advantages, mini/micro-batches, statistics) is the shared one, and the algorithm is
 whatever mixins sit before it in the MRO (``compose(spec, PrecisionLearner)`` builds that from
 ``--algo``). What is its own: compute weights in the trainer dtype with fp32 masters
@@ -10,7 +10,6 @@ and its checkpoint state.
 
 from __future__ import annotations
 
-import copy
 import math
 from functools import partial
 from pathlib import Path
@@ -21,58 +20,34 @@ import torch
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.learners.master_weights import MasterWeights
-from precision_oat.learners.lora import add_lora, merged_lora_weights
+from precision_oat.learners.learner import Learner
+from precision_oat.learners.lora import merged_lora_weights
+from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.loss_scaler import LossScaler
 from precision_oat.precision.policy import Precision
-from precision_oat.rl.step import RLStep, UpdateSettings
+from precision_oat.rl.step import UpdateSettings
 from precision_oat.rl.scoring import token_logprobs
 
 
-class PrecisionLearner(RLStep):
+class PrecisionLearner(Learner):
     def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
                  train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
-        model = self.adopt(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
-        self.model = model.to(device=device, dtype=precision.trainer_dtype)
+        super().__init__(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
+        self.model = self.model.to(device=device, dtype=precision.trainer_dtype)
         if precision.fp32_head:
             use_fp32_head(self.model)
         self.model.train()
         trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.weights = MasterWeights(trainable, precision.master_dtype)
-        self.optimizer = torch.optim.AdamW(
-            self.weights.master, lr=train.learning_rate, betas=train.adam_betas, weight_decay=train.weight_decay
-        )
+        self.optimizer = torch.optim.AdamW(decay_groups(self.weights.named_master(), train.weight_decay),
+                                           lr=train.learning_rate, betas=train.adam_betas)
         self.scaler = LossScaler(precision.loss_scaling)
         self.optimizer_steps = 0
         self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature,
                                         chunk_size=settings.logprob_chunk_size)
 
-    def adopt(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
-              train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool) -> torch.nn.Module:
-        """Keep the settings; return ``model`` in fp32, with LoRA adapters and gradient checkpointing as asked."""
-        self.algo = algo
-        self.precision = precision
-        self.settings = settings
-        self.train_args = train
-        self.device = device
-        self.config = model.config
-        model = model.float()
-        # Exact fp32 weights for export and for merging LoRA; kept only when the compute
-        # weights cannot give them back (frozen base weights in a narrower dtype).
-        self.base_weights = None
-        if lora.lora_rank > 0:
-            self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
-            model = add_lora(model, lora)
-        if gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-            if lora.lora_rank > 0:
-                model.enable_input_require_grads()
-        return model
-
     # --- the engine hooks of RLStep ---
-
-    def set_train(self, mode: bool) -> None:
-        self.model.train(mode)
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
         (loss * self.scaler.scale).backward()
@@ -115,23 +90,6 @@ class PrecisionLearner(RLStep):
             yield from self.weights.named_master()
             return
         yield from merged_lora_weights(self.model, dict(self.weights.named_master()), self.base_weights)
-
-    def full_state(self) -> dict[str, torch.Tensor]:
-        """Every weight of the policy in fp32, under plain HF names (LoRA merged)."""
-        if self.base_weights is not None:
-            state = dict(self.base_weights)
-        else:
-            state = {n: p.detach().float().cpu() for n, p in self.model.named_parameters()}
-        state.update({n: w.detach().float().cpu() for n, w in self.export_weights()})
-        return state
-
-    def export_model(self) -> torch.nn.Module:
-        """The current policy as a plain fp32 HF model on the CPU (LoRA merged)."""
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_config(copy.deepcopy(self.config)).float()
-        model.load_state_dict(self.full_state(), strict=False)
-        return model.eval()
 
     # --- checkpoint state ---
 

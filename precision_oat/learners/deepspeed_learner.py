@@ -20,10 +20,11 @@ import torch
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
-from precision_oat.learners.deepspeed_config import (engine_config, ensure_process_group, fp32_masters, import_deepspeed,
-                                                       local_fp32_masters)
-from precision_oat.learners.builtin import PrecisionLearner
+from precision_oat.learners.deepspeed_config import engine_config, ensure_process_group, fp32_masters, import_deepspeed
+from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
+from precision_oat.learners.learner import Learner
 from precision_oat.learners.lora import merged_lora_weights
+from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.policy import Precision
 from precision_oat.rl.step import UpdateSettings
 from precision_oat.rl.scoring import token_logprobs
@@ -32,24 +33,28 @@ from precision_oat.rl.scoring import token_logprobs
 STATE_TAG = "deepspeed"
 
 
-class DeepSpeedLearner(PrecisionLearner):
+class DeepSpeedLearner(DeepSpeedHooks, Learner):
     def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
                  train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
         deepspeed = import_deepspeed()
-        model = self.adopt(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
+        super().__init__(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
         ensure_process_group(device)
         optimizer = {"type": "AdamW", "params": {"lr": train.learning_rate, "betas": list(train.adam_betas),
                                                  "weight_decay": train.weight_decay, "torch_adam": True}}
         config = engine_config(precision, settings.micro_batch_size, train.zero_stage, train.max_grad_norm, optimizer)
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        self.engine, *_ = deepspeed.initialize(model=model.to(device), model_parameters=trainable, config=config)
+        groups = decay_groups(((n, p) for n, p in self.model.named_parameters() if p.requires_grad), train.weight_decay)
+        self.engine, *_ = deepspeed.initialize(model=self.model.to(device), model_parameters=groups, config=config)
         self.model = self.engine.module
         self.model.train()
         self.trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.forward_logprobs = partial(token_logprobs, self.engine, temperature=settings.temperature,
                                         chunk_size=settings.logprob_chunk_size)
 
-    # --- the engine hooks of RLStep ---
+    @property
+    def deepspeed_engine(self):
+        return self.engine
+
+    # --- the engine hooks of RLStep (the optimiser's are DeepSpeedHooks') ---
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
         self.engine.set_gradient_accumulation_boundary(last_micro_batch)
@@ -57,30 +62,6 @@ class DeepSpeedLearner(PrecisionLearner):
         if not last_micro_batch:
             # Between boundaries DeepSpeed's step only counts the micro-batch.
             self.engine.step()
-
-    def optimizer_step(self) -> tuple[float, bool]:
-        own_norm = None
-        if self.engine.optimizer is None or not hasattr(self.engine.optimizer, "loss_scale"):
-            # Plain fp32 ZeRO-0: the gradients sit on the parameters and DeepSpeed reports no norm.
-            own_norm = _grad_norm(p for _, p in self.trainable)
-        skipped_before = self.engine.skipped_steps
-        self.engine.step()
-        skipped = self.engine.skipped_steps > skipped_before
-        norm = self.engine.get_global_grad_norm()
-        norm = float(norm) if norm is not None else own_norm
-        return (norm if not skipped else float("inf")), skipped
-
-    def precision_stats(self) -> dict[str, float]:
-        optimizer = self.engine.optimizer
-        scale = getattr(optimizer, "loss_scale", None)
-        return {
-            "train/loss_scale": float(scale) if scale is not None and self.precision.trainer == "fp16" else 1.0,
-            "train/skipped_steps": float(self.engine.skipped_steps),
-            "train/optimizer_steps": float(self.engine.global_steps - self.engine.skipped_steps),
-        }
-
-    def trainable_weights(self) -> list[torch.Tensor]:
-        return local_fp32_masters(self.engine)
 
     # --- weights out ---
 
@@ -115,11 +96,6 @@ class DeepSpeedLearner(PrecisionLearner):
         path, _ = self.engine.load_checkpoint(str(folder), tag=STATE_TAG, load_lr_scheduler_states=False)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed state under {folder / STATE_TAG}")
-
-
-def _grad_norm(params) -> float:
-    norms = [p.grad.detach().float().norm() for p in params if p.grad is not None]
-    return float(torch.stack(norms).norm()) if norms else 0.0
 
 
 __all__ = ["DeepSpeedLearner"]

@@ -112,15 +112,13 @@ class RLStep(PolicyLoss):
             self.set_train(True)
         return world.gather_rows(mine)
 
-    def update(self, rollout: Rollout, step: int) -> dict[str, float]:
+    def update(self, rollout: Rollout, step: int) -> "Update":
         """One RL update on ``rollout`` (already on the trainer's device); return its statistics."""
         start = time.perf_counter()
         s = self.settings
         world = s.world
         old_logprobs = self.score(rollout)
         scored = finished(rollout.input_ids.device)
-        # Kept for callers that plot this rollout's mismatch (histograms).
-        self.old_logprobs = old_logprobs
         stats = mismatch_metrics(rollout.sampler_logprobs, old_logprobs, rollout.response_mask)
         stats.update(mismatch_breakdown(rollout.sampler_logprobs, old_logprobs, rollout.response_mask))
         advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
@@ -175,7 +173,17 @@ class RLStep(PolicyLoss):
             }
         )
         stats["perf/time/update"] = finished(rollout.input_ids.device) - scored
-        return stats
+        return Update(stats, old_logprobs)
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one :meth:`RLStep.update` gives back."""
+
+    # Its statistics (``loss/…``, ``mismatch/…``, ``train/…``, ``perf/…``).
+    stats: dict[str, float]
+    # log π_old of the rollout, [B, L-1] (the mismatch histograms plot it against μ).
+    old_logprobs: torch.Tensor
 
 
 def finished(device: torch.device) -> float:

@@ -11,7 +11,7 @@ import json
 import torch
 from transformers import AutoModelForCausalLM
 
-from precision_oat.backends.local.loop import train
+from precision_oat.backends.local.driver import train
 from precision_oat.rl.step import RLStep
 from precision_oat.rl.seeds import SHUFFLE, derive_seed
 from tests.engines.helpers import make_args

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from precision_oat.backends.local.loop import train
+from precision_oat.backends.local.driver import train
 from tests.engines.helpers import make_args
 
 REQUIRED = ["step", "reward/mean", "mismatch/k1", "mismatch/k3", "mismatch/abs_logp_diff_mean",

@@ -9,7 +9,7 @@ import torch
 
 from precision_oat.rl.actor import PrecisionActor
 from precision_oat.args import RolloutArgs
-from precision_oat.backends.local.loop import train
+from precision_oat.backends.local.driver import train
 from precision_oat.errors import UserError
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
@@ -65,7 +65,7 @@ class FailingSync(KVCacheSampler):
 
 
 def test_the_callers_signal_handlers_are_back_after_train_raises(tmp_path, embedded_policy_dir, monkeypatch):
-    from precision_oat.backends.local import loop
+    from precision_oat.backends.local import driver
 
     def build(policy, precision, device, rollout, seed, **_):
         return FailingSync(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id)
@@ -73,7 +73,7 @@ def test_the_callers_signal_handlers_are_back_after_train_raises(tmp_path, embed
     def callers_handler(number, frame):
         pass
 
-    monkeypatch.setattr(loop, "build_sampler", build)
+    monkeypatch.setattr(driver, "build_sampler", build)
     previous = signal.signal(signal.SIGINT, callers_handler)
     try:
         with pytest.raises(RuntimeError, match="the sync failed"):

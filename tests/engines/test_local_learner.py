@@ -7,7 +7,7 @@ import torch
 
 from precision_oat.algorithms import RECIPES
 from precision_oat.args import algorithm_spec
-from precision_oat.backends.local.loop import build_learner
+from precision_oat.backends.local.driver import build_learner
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.precision.mismatch_metrics import mismatch_metrics
 from precision_oat.rl.rollout import collate
@@ -42,7 +42,7 @@ def test_injected_inf_gradient_skips_the_step_and_shrinks_the_scale():
     # An inf appears in one fp16 gradient, as an overflow of the scaled loss would produce.
     param = learner.weights.compute[0]
     hook = param.register_hook(lambda g: torch.full_like(g, float("inf")))
-    stats = learner.update(rollout, step=0)
+    stats = learner.update(rollout, step=0).stats
     hook.remove()
 
     assert stats["train/skipped_this_step"] == 1.0 and stats["train/skipped_steps"] == 1.0
@@ -50,7 +50,7 @@ def test_injected_inf_gradient_skips_the_step_and_shrinks_the_scale():
     assert all(torch.equal(a, b) for a, b in zip(masters, learner.weights.master))
     assert all(torch.equal(a, b) for a, b in zip(computes, learner.weights.compute))
 
-    stats = learner.update(rollout, step=1)
+    stats = learner.update(rollout, step=1).stats
     assert stats["train/skipped_this_step"] == 0.0 and learner.optimizer_steps == 1
     assert any(not torch.equal(a, b) for a, b in zip(masters, learner.weights.master))
 
@@ -61,7 +61,7 @@ def test_every_recipe_updates_the_weights_in_fp16_with_finite_statistics(algo):
     rollout = rollout_of(model)
     learner = build(model, dtype="fp16", algo=algo, num_samples=4, learning_rate=1e-2)
     masters = [m.detach().clone() for m in learner.weights.master]
-    stats = learner.update(rollout, step=0)
+    stats = learner.update(rollout, step=0).stats
     assert stats["train/skipped_this_step"] == 0.0 and learner.optimizer_steps == 1
     assert all(math.isfinite(v) for v in stats.values()), stats
     assert any(not torch.equal(a, b) for a, b in zip(masters, learner.weights.master))
@@ -79,7 +79,7 @@ def test_gradient_accumulation_one_by_eight_equals_eight_by_one():
         grads = []
         learner.optimizer.register_step_pre_hook(
             lambda opt, *_: grads.append([m.grad.detach().clone() for m in learner.weights.master]))
-        stats = learner.update(rollout, step=0)
+        stats = learner.update(rollout, step=0).stats
         results.append((stats["loss/policy"], grads[0]))
     (loss_a, grads_a), (loss_b, grads_b) = results
     assert abs(loss_a - loss_b) < 1e-6

@@ -5,7 +5,7 @@ import json
 import torch
 
 from precision_oat.args import algorithm_spec
-from precision_oat.backends.local.loop import build_learner, train
+from precision_oat.backends.local.driver import build_learner, train
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
 from tests.engines.test_local_learner import rollout_of

@@ -13,8 +13,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from precision_oat.rl.actor import encode_prompt
-from precision_oat.backends.local import loop
-from precision_oat.backends.local.loop import prompts_of_step, train
+from precision_oat.backends.local import driver
+from precision_oat.backends.local.driver import train
+from precision_oat.backends.local.loop import prompts_of_step
 from precision_oat.errors import UserError
 from precision_oat.mismatch.preflight import run_preflight
 from precision_oat.precision.policy import PrecisionError
@@ -117,7 +118,7 @@ def test_a_sync_that_drops_a_tensor_stops_the_run_naming_it(tmp_path, embedded_p
     def build(policy, precision, device, rollout, seed, **_):
         return SkipsOneTensor(policy.model, precision.sampler_dtype, device, policy.tokenizer.pad_token_id)
 
-    monkeypatch.setattr(loop, "build_sampler", build)
+    monkeypatch.setattr(driver, "build_sampler", build)
     with pytest.raises(WeightSyncError, match=r"model\.layers\.0\.mlp\.up_proj\.weight is not the master weights "
                                               r"cast to torch\.float16"):
         train(make_args(model=str(embedded_policy_dir), steps=1, learning_rate=1e-2, output_dir=str(tmp_path)))

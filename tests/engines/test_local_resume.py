@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from precision_oat.runs.checkpoint import latest_checkpoint
-from precision_oat.backends.local.loop import train
+from precision_oat.backends.local.driver import train
 from tests.engines.helpers import make_args
 
 

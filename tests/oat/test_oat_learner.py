@@ -13,7 +13,7 @@ import torch
 
 from precision_oat.algorithms import compose
 from precision_oat.learners.deepspeed_config import local_fp32_masters
-from precision_oat.backends.local.loop import build_learner
+from precision_oat.backends.local.driver import build_learner
 from precision_oat.backends.oat.oat_actor import OatActor
 from precision_oat.backends.oat.oat_learner import OatLearner
 from precision_oat.errors import NonFiniteWeights
@@ -86,7 +86,7 @@ def test_loss_and_mismatch_match_the_local_engine_in_fp32(oat_args, oat_policy_d
     rollout = collate(completions, rewards, source.rollout.num_samples, learner.tokenizer.pad_token_id)
     model = AutoModelForCausalLM.from_pretrained(oat_policy_dir, attn_implementation="eager")
     local = build_learner(source, model, args.precision, args.algorithm, torch.device("cpu"))
-    local_info = local.update(rollout, step=0)
+    local_info = local.update(rollout, step=0).stats
 
     assert abs(local_info["loss/policy"]) > 1e-3
     assert oat_info["loss/policy"] == pytest.approx(local_info["loss/policy"], rel=1e-4)

@@ -3,7 +3,7 @@
 import json
 import math
 
-from precision_oat.backends.local.loop import train
+from precision_oat.backends.local.driver import train
 from tests.engines.helpers import make_args
 
 

@@ -14,8 +14,10 @@ is the mixins placed before it (``compose(spec, OatLearner)`` builds that class 
     evaluate                        every benchmark of the task, as ``eval/<benchmark>/avg@n``,
                                     ``pass@k`` and ``response_length`` (the local engine's keys)
 
-What is Oat's own here are the four engine hooks of ``RLStep``: the forward through Oat's
-``get_batch_logps``, and backward / step / loss scale through Oat's DeepSpeed strategy.
+What is Oat's own here: the forward through Oat's ``get_batch_logps``, and the backward and the
+optimiser step through Oat's DeepSpeed strategy. The gradient norm, the loss-scale report and
+the fp32 masters the inf/NaN guard checks are :class:`~precision_oat.learners.deepspeed_hooks.DeepSpeedHooks`',
+shared with the local DeepSpeed learner.
 DeepSpeed divides each backward by its accumulation steps; the loss is multiplied back to
 undo that, since the shared step already normalises by the whole mini-batch.
 """
@@ -32,7 +34,7 @@ from oat.algorithms.ppo import PPOLearner
 from torch.utils.data import DataLoader
 
 from precision_oat.rl.actor import check_prompt_lengths
-from precision_oat.learners.deepspeed_config import local_fp32_masters
+from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.backends.oat.cpu import install_cpu_shims, learner_device
 from precision_oat.backends.oat.prompt_rows import prompt_row
 from precision_oat.backends.oat.oat_log import OatRunLog
@@ -46,7 +48,7 @@ from precision_oat.tasks import build_task
 LEARNER_ERROR = "learner_error.txt"
 
 
-class OatLearner(RLStep, PPOLearner):
+class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
     def _init(self, args, actors) -> None:
         install_cpu_shims()
         with learner_base_hooks(args.master_addr):
@@ -112,7 +114,7 @@ class OatLearner(RLStep, PPOLearner):
         return {_top_level(k): v for k, v in info.items()}
 
     def learning_step(self, trajectory: dict) -> dict:
-        stats = self.update(self._rollout(trajectory), self.global_step)
+        stats = self.update(self._rollout(trajectory), self.global_step).stats
         return {k: torch.tensor(v, dtype=torch.float64) for k, v in stats.items()}
 
     def _rollout(self, trajectory: dict) -> Rollout:
@@ -146,27 +148,12 @@ class OatLearner(RLStep, PPOLearner):
         if not last_micro_batch:
             self.strategy.optimizer_step(self.optimizer, self.model, self.scheduler)
 
-    def optimizer_step(self) -> tuple[float, bool]:
-        engine = self.model.model
-        # Plain fp32 ZeRO-0 has no norm of DeepSpeed's own: take it before the step.
-        own_norm = float(self.strategy.get_gradient_norm(self.model))
-        skipped_before = engine.skipped_steps
+    @property
+    def deepspeed_engine(self):
+        return self.model.model
+
+    def step_engine(self) -> None:
         self.strategy.optimizer_step(self.optimizer, self.model, self.scheduler)
-        skipped = engine.skipped_steps > skipped_before
-        ds_norm = engine.get_global_grad_norm()
-        norm = float(ds_norm) if ds_norm is not None else own_norm
-        return (float("inf") if skipped else norm), skipped
-
-    def precision_stats(self) -> dict[str, float]:
-        engine = self.model.model
-        return {
-            "train/loss_scale": float(getattr(engine.optimizer, "loss_scale", 1.0)),
-            "train/skipped_steps": float(engine.skipped_steps),
-            "train/optimizer_steps": float(engine.global_steps - engine.skipped_steps),
-        }
-
-    def trainable_weights(self):
-        return local_fp32_masters(self.model.model)
 
     # --- evaluation ---
 

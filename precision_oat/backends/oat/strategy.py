@@ -19,8 +19,9 @@ from typing import Iterator
 
 import torch
 from oat.model import LLM
-from oat.utils.deepspeed import DeepspeedStrategy, get_optimizer_grouped_parameters, get_strategy
+from oat.utils.deepspeed import DeepspeedStrategy, get_strategy
 
+from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.policy import Precision
 
 
@@ -49,9 +50,11 @@ class PrecisionStrategy(DeepspeedStrategy):
         if torch.cuda.is_available() or self.adam_offload:
             return super().create_optimizer(model, **kwargs)
         # Oat's FusedAdam compiles a C++ op on a CPU-only machine (about 4 minutes on 2
-        # cores); torch's AdamW is the same decoupled-weight-decay update.
+        # cores); torch's AdamW is the same decoupled-weight-decay update. Oat's own grouping
+        # (on CUDA) exempts the same weights as ours: biases and norm scales.
         module = model.model if isinstance(model, LLM) else model
-        return torch.optim.AdamW(get_optimizer_grouped_parameters(module, kwargs.pop("weight_decay")), **kwargs)
+        named = ((n, p) for n, p in module.named_parameters() if p.requires_grad)
+        return torch.optim.AdamW(decay_groups(named, kwargs.pop("weight_decay")), **kwargs)
 
 
 def get_precision_strategy(args):

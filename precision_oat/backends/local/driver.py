@@ -1,0 +1,218 @@
+"""The local backend's driver: everything that happens once per run, in order, then the step loop.
+
+    train(args)   check the flags against the launcher, the installed stacks and the devices
+                  → this process's place among the launcher's processes
+                  → claim the run folder (lock; a new run, or a checked resume)
+                  → build the run: policy, task, fp16 preflight, sampler, learner, actor, resume
+                  → :func:`~precision_oat.backends.local.loop.run_steps`
+
+One process, or several under ``torchrun`` (:mod:`precision_oat.distributed.world`): every
+rank runs this file; rank 0 alone writes the run folder. Your own learner or actor class runs
+through the same driver: ``train(args, learner_class=MyLearner)`` or ``--learner-class
+my_module:MyLearner`` (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from precision_oat import stacks
+from precision_oat.algorithms import AlgorithmSpec, compose
+from precision_oat.args import Args, algorithm_spec
+from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
+from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
+from precision_oat.errors import UserError
+from precision_oat.learners.builtin import PrecisionLearner
+from precision_oat.mismatch.preflight import before_fp16_run
+from precision_oat.models import load_policy, resolve_device
+from precision_oat.precision.policy import Precision
+from precision_oat.precision.weight_sync import push_weights
+from precision_oat.presets import to_values
+from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
+from precision_oat.rl.step import UpdateSettings
+from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
+from precision_oat.runs.folder import config_values, output_dir_for, start_new_run
+from precision_oat.runs.lock import RunLock
+from precision_oat.runs.log import RunLog
+from precision_oat.runs.resume import check_resume, record_resume
+from precision_oat.samplers import build_sampler
+from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
+from precision_oat.tasks import build_task
+
+
+def train(args: Args, learner_class: Optional[type] = None, actor_class: Optional[type] = None) -> dict:
+    """Run the loop; return the summary (also printed and written to OUTPUT_DIR/summary.json).
+
+    ``learner_class`` / ``actor_class`` (or ``--learner-class`` / ``--actor-class``) replace the
+    learner composed from ``--algo`` and the shared actor; checkpoints, resume, logging and the
+    precision contract are the same.
+    """
+    # Everything that can be wrong with the arguments fails here, before any model loads or any file is written.
+    precision = args.precision.build()
+    spec = algorithm_spec(args)
+    learner_class = learner_class or imported_class("learner_class", args.train.learner_class)
+    actor_class = actor_class or imported_class("actor_class", args.train.actor_class) or PrecisionActor
+    check_classes(args, learner_class, actor_class)
+    check_before_start(args, precision)
+    world, device = processes(args)
+    out = world.broadcast(output_dir_for(args))
+    check_same_config(world, config_values(out, args))
+    newest = require_checkpoint(out) if args.log.resume else None
+    if newest is not None:
+        check_world_size(newest, world)
+    # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
+    with RunLock(out) if world.is_main else nullcontext():
+        finished = None
+        if world.is_main:
+            if newest is not None:
+                finished = check_resume(out, args, checkpoint_step(newest))
+            else:
+                start_new_run(out, args)
+        finished = world.broadcast(finished)
+        if finished is not None:
+            return finished
+        run = build_run(out, args, precision, spec, device, world, learner_class, actor_class)
+        return run_steps(run, args.train, args.rollout, args.eval, args.log)
+
+
+def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, device: torch.device, world: World,
+              learner_class: Optional[type], actor_class: type) -> Run:
+    """The parts of a run in its claimed folder ``out`` (config.json is written, a resume has been checked)."""
+    say = print if world.is_main else (lambda *a, **k: None)
+    algorithm = (f"{spec.advantage} / {spec.objective} / {spec.correction} / {spec.reduction}"
+                 if learner_class is None else learner_class.__qualname__)
+    say(f"precision-oat · backend local · algo {args.algorithm.algo} ({algorithm}) · sampler {args.rollout.sampler} · "
+        f"learner {args.train.learner} · device {device}" + (f" · {world.size} processes" if world.size > 1 else "") +
+        f"\nprecision policy:\n{precision.describe()}\nprecision contract: {precision.describe_contract()}", flush=True)
+
+    torch.manual_seed(args.train.seed)
+    random.seed(args.train.seed)
+    policy = load_policy(args.model)
+    task = build_task(args.task, args.eval, policy.tokenizer)
+    task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
+    check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
+                 args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
+    examples = task.train_set()
+    if not args.log.resume and world.is_main:
+        first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
+        responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,
+                                   max_new_tokens=args.rollout.max_new_tokens,
+                                   stop_token_ids=stop_token_ids(policy.tokenizer), seed=args.train.seed)
+        before_fp16_run(policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision,
+                        args.precision, out, device, log=lambda line: say(line, flush=True), responses=responses)
+    # The sampler copies the fp32 weights first; the learner then takes the model over (it
+    # casts it in place and may wrap it with LoRA).
+    sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
+                            folder=out / "vllm_init" / (f"rank{world.rank}" if world.size > 1 else ""),
+                            longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0))
+    learner = build_learner(args, policy.model, precision, spec, device, world, learner_class)
+    actor = actor_class(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
+    check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
+
+    start_step = 0
+    if args.log.resume:
+        folder, start_step = resume_checkpoint(out, learner, world)
+        push_weights(sampler, learner.export_weights(), precision)
+        if world.is_main:
+            record_resume(out, args, start_step)
+        say(f"resumed from {folder} at step {start_step}", flush=True)
+
+    # Rank 0 writes the run's metrics; the other ranks only compute.
+    log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
+                 run_name=args.log.run_name or out.name,
+                 resume_step=start_step if args.log.resume else None) if world.is_main else None
+    return Run(out, world, device, precision, policy.tokenizer, examples, sampler, learner, actor, log, start_step)
+
+
+def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, device: torch.device,
+                  world: World = SINGLE, learner_class: Optional[type] = None):
+    """``learner_class`` as given, or ``--learner``'s base with ``--algo``'s mixins before it."""
+    t, r = args.train, args.rollout
+    settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
+                              num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
+                              self_consistent_old_logprobs=t.self_consistent_old_logprobs, world=world,
+                              logprob_chunk_size=t.logprob_chunk_size)
+    cls = learner_class or compose(spec, learner_base(t.learner))
+    return cls(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
+
+
+def learner_base(learner: str) -> type:
+    """The class ``--learner`` names."""
+    if learner == "deepspeed":
+        from precision_oat.learners.deepspeed_learner import DeepSpeedLearner
+
+        return DeepSpeedLearner
+    return PrecisionLearner
+
+
+def imported_class(name: str, spec: Optional[str]) -> Optional[type]:
+    """The class a ``--learner-class`` / ``--actor-class`` value ``module:Class`` names (None for None)."""
+    if spec is None:
+        return None
+    module_name, _, class_name = spec.partition(":")
+    flag = "--" + name.replace("_", "-")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not module_name.startswith(e.name):
+            raise  # the module exists and failed inside: a bug of its own, with its traceback
+        raise UserError(f"{flag} {spec}: no module {module_name!r} on the path; run from the folder that holds "
+                        f"{module_name.replace('.', '/')}.py, or install it") from e
+    found = getattr(module, class_name, None)
+    if not isinstance(found, type):
+        raise UserError(f"{flag} {spec}: {module_name} has no class {class_name!r}")
+    return found
+
+
+def check_classes(args: Args, learner_class: Optional[type], actor_class: type) -> None:
+    """A learner class must derive from ``--learner``'s base; an actor class from the shared actor."""
+    if learner_class is not None:
+        base = learner_base(args.train.learner)
+        if not issubclass(learner_class, base):
+            raise UserError(f"learner class {learner_class.__qualname__} does not derive from {base.__name__}, the "
+                            f"base of --learner {args.train.learner}; derive it from {base.__name__} or pick the "
+                            "--learner whose base it has")
+    if not issubclass(actor_class, PrecisionActor):
+        raise UserError(f"actor class {actor_class.__qualname__} does not derive from "
+                        "precision_oat.rl.actor.PrecisionActor")
+
+
+def check_before_start(args: Args, precision: Precision) -> None:
+    """Refuse what the flags cannot do with this launcher, these installed stacks and these devices."""
+    world = world_from_env()
+    r, t = args.rollout, args.train
+    if r.sampler == "vllm" and world.size > 1:
+        raise UserError(f"--sampler vllm: {world.size} processes (WORLD_SIZE) are not supported with vLLM yet; "
+                        "run one process, or use --sampler builtin under torchrun")
+    if r.sampler == "vllm":
+        stacks.require("vllm")
+    if t.learner == "deepspeed":
+        stacks.require("deepspeed")
+        if precision.trainer == "fp16" and resolve_device(t.device).type != "cuda":
+            flag = "--trainer-dtype" if args.precision.trainer_dtype else "--dtype"
+            raise UserError(f"{flag} fp16: --learner deepspeed needs a CUDA device for fp16 (DeepSpeed refuses "
+                            f"fp16 on CPU); use --learner builtin, or {flag} bf16/fp32")
+    # The evaluation sets are checked once the task is built.
+    check_layout(world, t.learner, r.prompts_per_step, r.num_samples, t.train_batch_size, {})
+
+
+def processes(args: Args) -> tuple[World, torch.device]:
+    """This process's place among the launcher's processes (one without a launcher), and its device."""
+    world = world_from_env()
+    device = resolve_device(args.train.device)
+    if world.size > 1:
+        from precision_oat.learners.deepspeed_config import ensure_process_group
+
+        if device.type == "cuda":
+            device = torch.device("cuda", world.local_rank)
+            torch.cuda.set_device(device)
+        ensure_process_group(device)
+        world = replace(world, device=device)
+    return world, device

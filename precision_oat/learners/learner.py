@@ -1,0 +1,86 @@
+"""What both learners of the local backend share: the settings, the model as training takes it, the policy out.
+
+:class:`Learner` is an :class:`~precision_oat.rl.step.RLStep` that owns a model. It takes the
+model in fp32, adds LoRA adapters and gradient checkpointing where asked, and gives the policy
+back as a plain fp32 HF model (LoRA merged) for checkpoints and the final probe. A subclass
+fills the step's hooks and three of its own: :meth:`export_weights` (the masters, streamed),
+:meth:`save_state` and :meth:`load_state` (its checkpoint).
+
+Constructor arguments, in the order the driver passes them: the fp32 HF ``model``; the
+:class:`~precision_oat.precision.policy.Precision` policy; the algorithm's hyperparameters
+(:class:`~precision_oat.algorithms.AlgorithmSpec`); the update's
+:class:`~precision_oat.rl.step.UpdateSettings`; the optimiser's ``TrainArgs`` and ``LoraArgs``;
+the ``device``; whether to checkpoint activations.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from precision_oat.algorithms import AlgorithmSpec
+from precision_oat.args import LoraArgs, TrainArgs
+from precision_oat.learners.lora import add_lora
+from precision_oat.precision.policy import Precision
+from precision_oat.rl.step import RLStep, UpdateSettings
+
+
+class Learner(RLStep):
+    def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
+                 train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
+        self.algo = algo
+        self.precision = precision
+        self.settings = settings
+        self.train_args = train
+        self.device = device
+        self.config = model.config
+        model = model.float()
+        # Exact fp32 weights for export and for merging LoRA; kept only when the compute
+        # weights cannot give them back (frozen base weights in a narrower dtype).
+        self.base_weights = None
+        if lora.lora_rank > 0:
+            self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+            model = add_lora(model, lora)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if lora.lora_rank > 0:
+                model.enable_input_require_grads()
+        self.model = model
+
+    def set_train(self, mode: bool) -> None:
+        self.model.train(mode)
+
+    # --- weights out ---
+
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF name, fp32 master) of every weight training can change, one at a time; LoRA merged."""
+        raise NotImplementedError
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """Every weight of the policy in fp32, under plain HF names (LoRA merged)."""
+        if self.base_weights is not None:
+            state = dict(self.base_weights)
+        else:
+            state = {n: p.detach().float().cpu() for n, p in self.model.named_parameters()}
+        state.update({n: w.detach().float().cpu() for n, w in self.export_weights()})
+        return state
+
+    def export_model(self) -> torch.nn.Module:
+        """The current policy as a plain fp32 HF model on the CPU (LoRA merged)."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(self.config)).float()
+        model.load_state_dict(self.full_state(), strict=False)
+        return model.eval()
+
+    # --- checkpoint state ---
+
+    def save_state(self, folder: Path) -> None:
+        """Write what a resume needs besides the policy (masters, optimiser, loss scaler) into ``folder``."""
+        raise NotImplementedError
+
+    def load_state(self, folder: Path) -> None:
+        raise NotImplementedError
