@@ -17,7 +17,7 @@ from precision_oat.errors import UserError
 from precision_oat.tasks.evaluation import summarize
 from precision_oat.rl.rollout import Rollout, collate
 from precision_oat.samplers.sampler import Completion, Sampler, SamplingParams, stop_token_ids
-from precision_oat.rl.seeds import EVALUATION, ROLLOUT, derive_seed
+from precision_oat.seeds import EVALUATION, ROLLOUT, derive_seed
 from precision_oat.tasks.task import Example, Task
 
 
@@ -42,17 +42,22 @@ class PrecisionActor:
         return completions, texts
 
     def params(self, step: int) -> SamplingParams:
-        """The rollout sampling of ``step`` (its own seed, so a resumed run draws the same)."""
+        """The rollout sampling of ``step``, counted from 0 (its own seed, so a resumed run draws the same)."""
         r = self.settings
         # With top-p the sampler reports what it kept, and the trainer scores under the same truncation.
         return SamplingParams(r.num_samples, r.temperature, r.top_p, r.max_new_tokens, self.stop_ids,
                               derive_seed(self.seed, ROLLOUT, step), kept_sets=r.top_p < 1)
 
-    def experience(self, examples: Sequence[Example], step: int):
-        """G samples of each example, scored by the task: (completions, texts, rewards, statistics)."""
+    def experience(self, examples: Sequence[Example], step: int, first_prompt: int = 0):
+        """G samples of each example, scored by the task: (completions, texts, rewards, statistics).
+
+        ``first_prompt`` is where ``examples`` start in the step's whole batch, when they are
+        one slice of it (an Oat actor samples the prompts of one learner).
+        """
         start = time.perf_counter()
         first, mine = self.world.share(examples)
-        completions, texts = self.sample(mine, dataclasses.replace(self.params(step), first_prompt=first))
+        params = dataclasses.replace(self.params(step), first_prompt=first_prompt + first)
+        completions, texts = self.sample(mine, params)
         sampled = time.perf_counter()
         g = self.settings.num_samples
         truncated = [not c.finished for c in completions]
@@ -73,13 +78,17 @@ class PrecisionActor:
         completions, _, rewards, stats = self.experience(examples, step)
         return collate(completions, rewards, self.settings.num_samples, self.tokenizer.pad_token_id), stats
 
-    def evaluate(self, evaluation: EvalArgs, step: int) -> dict[str, float]:
-        """``eval/<benchmark>/avg@n``, ``pass@k``, ``response_length`` on every benchmark of the task."""
-        params = SamplingParams(
+    def eval_params(self, evaluation: EvalArgs, step: int) -> SamplingParams:
+        """The evaluation sampling after ``step`` completed steps (0: before training)."""
+        return SamplingParams(
             evaluation.eval_samples, evaluation.eval_temperature, evaluation.eval_top_p,
             evaluation.eval_max_new_tokens or self.settings.max_new_tokens, self.stop_ids,
             derive_seed(self.seed, EVALUATION, step),
         )
+
+    def evaluate(self, evaluation: EvalArgs, step: int) -> dict[str, float]:
+        """``eval/<benchmark>/avg@n``, ``pass@k``, ``response_length`` on every benchmark of the task."""
+        params = self.eval_params(evaluation, step)
         results = {}
         for name, examples in self.task.eval_sets().items():
             first, mine = self.world.share(examples)

@@ -37,7 +37,7 @@ from precision_oat.rl.microbatch import mean_stats
 from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
 from precision_oat.rl.rollout import Rollout
 from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score
-from precision_oat.rl.seeds import SHUFFLE, derive_seed
+from precision_oat.seeds import SHUFFLE, derive_seed
 from precision_oat.rl.update_plan import policy_batch, update_plan
 
 

@@ -20,6 +20,7 @@ from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.policy import TORCH_DTYPES, PrecisionError
 from precision_oat.samplers.decoder import Decoder, supports
 from precision_oat.samplers.sampler import Completion, SamplingParams
+from precision_oat.seeds import row_seed
 
 
 def top_p_keep(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -51,10 +52,10 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, uniform:
 
 
 def row_uniforms(seed: int, first_row: int, rows: int, steps: int) -> torch.Tensor:
-    """[rows, steps] uniforms; row r is the stream seeded ``seed + first_row + r`` (batch-invariant)."""
+    """[rows, steps] uniforms; row r is the stream of row ``first_row + r`` of the batch (batch-invariant)."""
     out = torch.empty(rows, steps)
     for r in range(rows):
-        out[r] = torch.rand(steps, generator=torch.Generator().manual_seed(seed + first_row + r))
+        out[r] = torch.rand(steps, generator=torch.Generator().manual_seed(row_seed(seed, first_row + r)))
     return out
 
 

@@ -24,9 +24,9 @@ class SamplingParams:
     max_new_tokens: int = 64
     # Generation stops after any of these ids; the stop token is part of the response.
     stop_token_ids: tuple[int, ...] = ()
-    # Response k of prompt i draws from its own stream, seed + (first_prompt + i)·n + k, so a
-    # response depends on its prompt, its place in the batch and the seed, never on the other
-    # rows sampled with it.
+    # The batch's seed. Response k of prompt i draws from its own stream, that of row
+    # (first_prompt + i)·n + k (seeds.row_seed), so a response depends on its prompt, its place in
+    # the batch and the seed, never on the other rows sampled with it.
     seed: Optional[int] = None
     # Where these prompts start in the step's whole batch (a data-parallel rank samples a slice).
     first_prompt: int = 0

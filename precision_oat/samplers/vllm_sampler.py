@@ -36,6 +36,9 @@ Departures from vLLM's defaults:
        of them on every :meth:`~VLLMSampler.load_weights`: vLLM's in-place reload rebuilds
        whole fused layers (q/k/v and their biases, gate/up), so a partial update (LoRA's
        merged projections) would leave the missing shards undefined.
+    9. One request per sample (``n=1``), each with its row's seed (:func:`request_params`),
+       not one request with ``n`` samples; with ``enable_prefix_caching`` the G requests of
+       a prompt share its prefill.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Iterable, Optional
 import torch
 
 from precision_oat.samplers.sampler import Completion, SamplingParams
+from precision_oat.seeds import row_seed
 
 INSTALL_HINT = (
     "VLLMSampler needs vLLM. On a CUDA machine: pip install precision-oat[vllm]. "
@@ -150,18 +154,19 @@ class VLLMSampler:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """G = params.n completions per prompt, prompt-major.
 
-        With a seed s, prompt i's request gets seed s + (first_prompt + i)·n (vLLM gives its
-        k-th sample that + k), so every sample of the batch draws from its own stream. Without one,
-        s is drawn from the sampler's own generator (seeded by ``seed``).
+        Every sample is its own request, seeded with its row's seed (:func:`request_params`).
+        Without ``params.seed`` the batch's seed is drawn from the sampler's own generator
+        (seeded by ``seed``).
         """
         import vllm
         from vllm.inputs import TokensPrompt
 
         seed = params.seed if params.seed is not None else self._seeds.randrange(2**31)
         requests = request_params(vllm, dataclasses.replace(params, seed=seed), len(prompts))
+        rows = [p for p in prompts for _ in range(params.n)]
         with _process_state_kept():
-            outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests, use_tqdm=False)
-        return completions_from(prompts, outputs, params)
+            outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in rows], requests, use_tqdm=False)
+        return completions_from(rows, outputs, params)
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -193,32 +198,33 @@ class VLLMSampler:
 
 
 def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
-    """One ``vllm.SamplingParams`` per prompt, each with its own seed.
+    """One ``vllm.SamplingParams`` per sample (n per prompt, prompt-major), each with its row's seed.
 
-    vLLM gives the k-th sample of a request the seed s + k, so prompt i's request gets
-    s + (first_prompt + i)·n: every sample of the batch draws from its own stream, the one the
-    built-in sampler gives that row. (One seed for every
-    prompt would make sample k of every prompt draw the same noise.) Only ``stop_token_ids``
-    end a response, and only the sampled token's log-probability comes back.
+    Row (first_prompt + i)·n + k, sample k of prompt i, gets ``row_seed(seed, row)``, the stream
+    the built-in sampler gives that row. One request per sample rather than one per prompt with
+    ``n``, because vLLM seeds the k-th sample of a request s + k, which ties the streams of
+    different steps and rows together by arithmetic. Only ``stop_token_ids`` end a response,
+    and only the sampled token's log-probability comes back.
     """
+    first_row = params.first_prompt * params.n
     return [
         vllm.SamplingParams(
-            n=params.n,
+            n=1,
             temperature=params.temperature,
             top_p=params.top_p,
             max_tokens=params.max_new_tokens,
             stop_token_ids=list(params.stop_token_ids),
             ignore_eos=True,
-            seed=None if params.seed is None else params.seed + (params.first_prompt + i) * params.n,
+            seed=None if params.seed is None else row_seed(params.seed, first_row + row),
             logprobs=0,
             detokenize=False,
         )
-        for i in range(num_prompts)
+        for row in range(num_prompts * params.n)
     ]
 
 
 def completions_from(prompts: list[list[int]], outputs, params: SamplingParams) -> list[Completion]:
-    """vLLM's request outputs as :class:`Completion` s, prompt-major, samples in index order."""
+    """vLLM's request outputs (one per entry of ``prompts``) as :class:`Completion` s, in request order."""
     stops = set(params.stop_token_ids)
     completions = []
     for prompt, out in zip(prompts, outputs):

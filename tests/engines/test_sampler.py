@@ -99,6 +99,14 @@ def test_a_response_depends_on_its_place_in_the_batch_not_on_the_other_rows():
     assert [c.response_ids for c in moved] != [c.response_ids for c in head]
 
 
+def test_row_1_of_seed_s_does_not_draw_the_stream_of_row_0_of_seed_s_plus_1():
+    # Streams numbered seed + row would make these two responses one and the same draw.
+    sampler = KVCacheSampler(tiny_model(), torch.float32)
+    pair = sampler.generate(PROMPTS[:1], SamplingParams(n=2, max_new_tokens=8, seed=3))
+    next_seed = sampler.generate(PROMPTS[:1], SamplingParams(n=1, max_new_tokens=8, seed=4))
+    assert pair[1].response_ids != next_seed[0].response_ids
+
+
 def test_an_fp16_sampler_whose_logits_overflow_says_so_in_one_line():
     from precision_oat.precision.policy import PrecisionError
 

@@ -2,6 +2,8 @@
 
 import pytest
 
+from precision_oat.errors import UserError
+
 
 def test_cpu_layout_is_one_collocated_actor_learner_pair_with_gloo(oat_args):
     a = oat_args("--dtype", "bf16", "--sampler", "builtin")
@@ -80,3 +82,18 @@ def test_gpu_layouts(oat_args):
 def test_refusals_name_the_flags(oat_args, flags, cuda_devices, message):
     with pytest.raises(ValueError, match=message):
         oat_args(*flags, cuda_devices=cuda_devices)
+
+
+@pytest.mark.parametrize("algo, weighted", [("grpo-tis", "--correction token-tis"), ("grpo-mis", "--correction seq-mis"),
+                                            ("pg", "--objective pg")])
+def test_vllm_at_another_temperature_refuses_a_loss_weighted_by_mu(oat_args, algo, weighted):
+    # vLLM 0.8.4 reports log μ at temperature 1: the weights π/μ would compare two distributions.
+    with pytest.raises(UserError, match=f"^--temperature 0.7 with --sampler vllm .*of {weighted} would be wrong"):
+        oat_args("--sampler", "vllm", "--dtype", "bf16", "--temperature", "0.7", "--algo", algo, cuda_devices=1)
+
+
+def test_vllm_at_another_temperature_runs_a_loss_without_mu(oat_args):
+    args = oat_args("--sampler", "vllm", "--dtype", "bf16", "--temperature", "0.7", "--algo", "grpo", cuda_devices=1)
+    assert args.temperature == 0.7
+    # At temperature 1 every algorithm runs.
+    assert oat_args("--sampler", "vllm", "--dtype", "bf16", "--algo", "grpo-tis", cuda_devices=1).temperature == 1.0

@@ -69,16 +69,26 @@ def test_a_batch_sampled_in_slices_gives_the_same_responses(engine, recipe):
 
 
 def test_identical_prompts_draw_different_samples_at_the_same_sample_index(engine, recipe):
-    # Prompt i's request is seeded s + i·n and vLLM seeds its k-th sample s + i·n + k. With one
-    # seed for every request, sample k of two identical prompts would draw the same noise.
+    # Every sample is a request seeded with its row's seed. With one seed for every request,
+    # sample k of two identical prompts would draw the same noise.
     sampler = engine("float32")
     prompt, n = recipe.make_prompts(1, seed=3)[0], 3
     both = sampler.generate([prompt, prompt], SamplingParams(n=n, max_new_tokens=16, seed=5))
     for k in range(n):
         assert both[k].response_ids != both[n + k].response_ids, f"sample {k} of both prompts is one draw"
-    # The second prompt's samples are those of a request seeded 5 + n on its own.
-    alone = sampler.generate([prompt], SamplingParams(n=n, max_new_tokens=16, seed=5 + n))
+    # The second prompt's samples are those of rows n … 2n − 1, wherever the prompt is sampled.
+    alone = sampler.generate([prompt], SamplingParams(n=n, max_new_tokens=16, seed=5, first_prompt=1))
     assert [c.response_ids for c in both[n:]] == [c.response_ids for c in alone]
+
+
+def test_a_batch_seeded_s_plus_n_does_not_redraw_the_rows_of_a_batch_seeded_s(engine, recipe):
+    # Row seeds s + row would make a batch seeded 5 + n draw the second prompt's rows of one seeded 5.
+    sampler = engine("float32")
+    prompt, n = recipe.make_prompts(1, seed=3)[0], 3
+    both = sampler.generate([prompt, prompt], SamplingParams(n=n, max_new_tokens=16, seed=5))
+    shifted = sampler.generate([prompt], SamplingParams(n=n, max_new_tokens=16, seed=5 + n))
+    for k in range(n):
+        assert both[n + k].response_ids != shifted[k].response_ids, f"sample {k} is one draw under two seeds"
 
 
 def test_unseeded_requests_vary_between_calls(engine, recipe):

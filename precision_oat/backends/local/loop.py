@@ -29,7 +29,7 @@ from precision_oat.precision.mismatch_metrics import mismatch_histograms
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.rl.actor import PrecisionActor
-from precision_oat.rl.seeds import PROMPT_ORDER, derive_seed
+from precision_oat.seeds import PROMPT_ORDER, derive_seed
 from precision_oat.rl.step import RLStep
 from precision_oat.runs.checkpoint import export_policy, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json

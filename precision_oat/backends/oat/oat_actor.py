@@ -27,9 +27,8 @@ from oat.types import TransitionData
 from oat.utils.distributed import init_process_group, torch_type_codec
 from oat.utils.ipc import PlasmaShmClient
 
-from precision_oat.rl.actor import PrecisionActor
 from precision_oat.backends.oat.prompt_rows import decode_reference
-from precision_oat.rl.seeds import EVALUATION, derive_seed
+from precision_oat.rl.actor import PrecisionActor
 from precision_oat.tasks import Example, build_task
 
 
@@ -38,7 +37,10 @@ class OatActor(PPOActor):
         # Oat's get_program sets vLLM's dtype from the trainer flags; the sampler has its own.
         super().__init__(ipc_server, {**vllm_args, "dtype": args.precision.vllm_dtype()}, args)
         self.llm = None
+        # Rollouts sampled so far: the index of the next step, counted from 0 as in the local engine.
         self.steps = 0
+        # Oat's init sets the actor's index; one built by hand is actor 0.
+        self.actor_id = 0
 
     def init(self, actor_id, save_path) -> None:
         if self.args.sampler == "vllm":
@@ -77,11 +79,20 @@ class OatActor(PPOActor):
 
     # --- rollouts ---
 
+    def first_prompt(self) -> int:
+        """Where this actor's prompts start in the step's whole batch.
+
+        Oat's learner r sends its share of the step, ``rollout_batch_size_per_device`` prompts, to
+        actor r (there are as many actors as learners), so the shares lie in actor order, as the
+        ranks' shares do in the local engine.
+        """
+        return self.actor_id * self.args.rollout_batch_size_per_device
+
     def rollout(self, prompts: List[str], references: List[str]) -> List[TransitionData]:
         """G samples per prompt, scored by the task, as Oat transitions (μ in ``response_logprobs``)."""
-        self.steps += 1
         examples = [Example(q, decode_reference(r)) for q, r in zip(prompts, references)]
-        completions, texts, rewards, info = self.shared.experience(examples, self.steps)
+        completions, texts, rewards, info = self.shared.experience(examples, self.steps, self.first_prompt())
+        self.steps += 1
         g = self.args.num_samples
         return [
             TransitionData(
@@ -104,16 +115,18 @@ class OatActor(PPOActor):
         del formatted_prompts  # the actor renders with the task's template, as the local engine does
         return self.ipc_client.serialize_ipc(self.rollout(prompts, references))
 
-    def generate_and_maybe_eval(self, prompts, formatted_prompts, references=None):
-        """Evaluation samples and their correctness, shaped [prompts, n] as Oat expects."""
+    def generate_and_maybe_eval(self, prompts, formatted_prompts, references=None, first_prompt=0):
+        """Evaluation samples and their correctness, shaped [prompts, n] as Oat expects.
+
+        ``first_prompt`` is where these prompts start in their benchmark; the sampling is the
+        local engine's evaluation after the steps sampled so far.
+        """
         assert self.eval_mode
         del formatted_prompts
-        a, n = self.args, self.args.eval_n
+        n = self.args.eval_n
         examples = [Example(q, decode_reference(r)) for q, r in zip(prompts, references)]
-        params = dataclasses.replace(
-            self.shared.params(derive_seed(a.seed, EVALUATION, self.steps + 1)),
-            n=n, temperature=a.eval_temperature, top_p=a.eval_top_p, max_new_tokens=a.eval_generate_max_length,
-        )
+        params = self.shared.eval_params(self.args.source.eval, self.steps)
+        params = dataclasses.replace(params, first_prompt=first_prompt)
         _, texts = self.shared.sample(examples, params)
         correct = self.task.correctness(texts, [e for e in examples for _ in range(n)])
         responses = [texts[i * n : (i + 1) * n] for i in range(len(examples))]

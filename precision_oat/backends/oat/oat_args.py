@@ -30,6 +30,9 @@ from precision_oat.precision.policy import Precision
 # The actor scores with the task, not with one of Oat's oracles; any name Oat does not know works.
 TASK_ORACLE = "precision-oat-task"
 
+# Objectives whose weight is π_θ/μ (every correction but "none" weighs by π_old/μ as well).
+OBJECTIVES_WEIGHTED_BY_MU = ("pg", "token-is")
+
 
 @dataclass
 class PrecisionPPOArgs(PPOArgs):
@@ -45,6 +48,25 @@ class PrecisionPPOArgs(PPOArgs):
     output_dir: str = "runs/oat"
     # The precision-oat arguments these were mapped from (task, data, logging).
     source: Optional[Args] = None
+
+
+def check_vllm_mu(sampler: str, temperature: float, spec: AlgorithmSpec) -> None:
+    """Refuse a loss weighted by π/μ when Oat's vLLM reports log μ of another distribution.
+
+    vLLM 0.8.4 returns the log-probabilities of the raw logits, before temperature, while the
+    tokens were drawn (and π is scored) at the temperature; the two agree only at temperature 1.
+    (Top-p < 1 is refused for the Oat backend already.) Without a weight by μ only the mismatch
+    metrics are off, and the program warns.
+    """
+    if sampler != "vllm" or temperature == 1.0:
+        return
+    if spec.correction == "none" and spec.objective not in OBJECTIVES_WEIGHTED_BY_MU:
+        return
+    weighted = f"--correction {spec.correction}" if spec.correction != "none" else f"--objective {spec.objective}"
+    raise UserError(
+        f"--temperature {temperature} with --sampler vllm and --backend oat: vLLM 0.8.4 reports log μ before "
+        f"temperature, so the weights π/μ of {weighted} would be wrong; use --temperature 1, or --sampler builtin"
+    )
 
 
 def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: int) -> PrecisionPPOArgs:
@@ -72,6 +94,7 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
             f"loads only its own dtype, so --sampler-dtype ({precision.sampler}) must equal --trainer-dtype "
             f"({precision.trainer}); use --sampler builtin for mixed dtypes"
         )
+    check_vllm_mu(r.sampler, r.temperature, spec)
     gpus = oat.gpus or max(cuda_devices, 1)
     if cuda_devices and gpus > cuda_devices:
         raise UserError(f"--gpus {gpus}: only {cuda_devices} GPUs are visible")

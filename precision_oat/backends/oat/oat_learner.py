@@ -168,7 +168,9 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
                 loader = DataLoader(rows, batch_size=self.args.eval_batch_size, shuffle=False, collate_fn=_transpose)
                 for i, (processed, prompts, references) in enumerate(loader):
                     actor = self.actors[i % len(self.actors)]
-                    responses, correct = actor.futures.generate_and_maybe_eval(prompts, processed, references).result()
+                    first = i * self.args.eval_batch_size  # the batch's place in the benchmark: its rows' streams
+                    responses, correct = actor.futures.generate_and_maybe_eval(prompts, processed, references,
+                                                                               first_prompt=first).result()
                     for texts, oks in zip(responses, correct):
                         lengths = [len(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
                         questions.append(list(zip(map(bool, oks), lengths)))

@@ -26,8 +26,9 @@ class OatVLLMSampler:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         requests = request_params(vllm, params, len(prompts))
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=requests, use_tqdm=False)
-        return completions_from(prompts, outputs, params)
+        rows = [p for p in prompts for _ in range(params.n)]
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in rows], sampling_params=requests, use_tqdm=False)
+        return completions_from(rows, outputs, params)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         raise NotImplementedError("Oat pushes weights into vLLM itself (PPOActor.update_weight)")
