@@ -1,8 +1,8 @@
 """The weight sync, checked: after every push the sampler must hold the masters rounded to its dtype.
 
 The precision contract (:meth:`~precision_oat.precision.policy.Precision.contract`) says what the
-sampler computes with: the master weights cast to the sampler dtype (``lm_head.weight`` to
-fp32 under ``--lm-head-dtype fp32``). A sampler that skipped a tensor, cast to another dtype
+sampler computes with: the master weights cast to the sampler dtype (an untied ``lm_head.weight``
+to fp32 under ``--lm-head-dtype fp32``). A sampler that skipped a tensor, cast to another dtype
 or copied into the wrong slot would otherwise go unnoticed: its μ would simply drift from
 the trainer's π, and the drift would be read as precision mismatch. :func:`push_weights`
 loads the weights, then compares, bit for bit, every tensor the sampler exposes through
@@ -26,25 +26,29 @@ class WeightSyncError(RuntimeError):
     """The sampler's weights differ from the masters rounded to the contract's dtype (a bug, not bad input)."""
 
 
-def push_weights(sampler, weights: Weights, precision: Precision) -> int:
+def push_weights(sampler, weights: Weights, precision: Precision, head_tied: bool = False) -> int:
     """``sampler.load_weights(weights)``, then :func:`check_weight_sync`; returns the number of tensors checked.
 
     ``weights`` is read once (exporting them can gather them across processes).
     """
     weights = list(weights)
     sampler.load_weights(weights)
-    return check_weight_sync(sampler, weights, precision)
+    return check_weight_sync(sampler, weights, precision, head_tied)
 
 
 @torch.no_grad()
-def check_weight_sync(sampler, masters: Weights, precision: Precision) -> int:
-    """Raise :class:`WeightSyncError` naming the first tensor the sampler holds in the wrong dtype or with other values."""
+def check_weight_sync(sampler, masters: Weights, precision: Precision, head_tied: bool = False) -> int:
+    """Raise :class:`WeightSyncError` naming the first tensor the sampler holds in the wrong dtype or with other values.
+
+    ``head_tied``: the policy's output projection shares the input embedding's weight, so an
+    fp32 head keeps that weight in the sampler dtype (:meth:`Precision.contract` says the same).
+    """
     held = sampler.weights_for_check() if hasattr(sampler, "weights_for_check") else {}
     checked = 0
     for name, master in masters:
         if name not in held:
             continue
-        got, dtype = held[name], precision.sync_dtype(name)
+        got, dtype = held[name], precision.sync_dtype(name, head_tied)
         if got.dtype != dtype:
             raise WeightSyncError(f"weight sync: the sampler holds {name} in {got.dtype}; the precision contract "
                                   f"casts it to {dtype}")

@@ -30,11 +30,13 @@ from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.precision.mismatch_metrics import mismatch_histograms
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
+from precision_oat.precision.lm_head import head_is_tied
 from precision_oat.precision.policy import Precision
 from precision_oat.presets import to_values
 from precision_oat.runs.resume import check_resume, record_resume
 from precision_oat.rl.step import UpdateSettings
-from precision_oat.runs.folder import config_values, output_dir_for, start_new_run, summarize_run, write_json
+from precision_oat.runs.folder import (config_values, output_dir_for, record_contract, start_new_run, summarize_run,
+                                      write_json)
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.signals import StopRequest
@@ -92,11 +94,16 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     say(f"precision-oat · backend local · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
         f"{spec.correction} / {spec.reduction}) · sampler {args.rollout.sampler} · learner {args.train.learner} · "
         f"device {device}" + (f" · {world.size} processes" if world.size > 1 else "") +
-        f"\nprecision policy:\n{precision.describe()}\nprecision contract: {precision.describe_contract()}", flush=True)
+        f"\nprecision policy:\n{precision.describe()}", flush=True)
 
     torch.manual_seed(args.train.seed)
     random.seed(args.train.seed)
     policy = load_policy(args.model)
+    # Whether an fp32 lm_head keeps its own fp32 weight depends on the model: a tied one cannot.
+    head_tied = head_is_tied(policy.model)
+    say(f"precision contract: {precision.describe_contract(head_tied)}", flush=True)
+    if world.is_main and not args.log.resume:
+        record_contract(out, precision.contract(head_tied))
     task = build_task(args.task, args.eval, policy.tokenizer)
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
                  args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
@@ -117,7 +124,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     start_step = 0
     if args.log.resume:
         folder, start_step = resume_checkpoint(out, learner)
-        push_weights(sampler, learner.export_weights(), precision)
+        push_weights(sampler, learner.export_weights(), precision, head_tied)
         if world.is_main:
             record_resume(out, args, start_step)
         say(f"resumed from {folder} at step {start_step}", flush=True)
@@ -133,7 +140,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     for step in range(start_step, steps):
         rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
         metrics.update(learner.update(rollout.to(device), step))
-        push_weights(sampler, learner.export_weights(), precision)
+        push_weights(sampler, learner.export_weights(), precision, head_tied)
         metrics["step"] = step + 1
         if args.eval.eval_every and ((step + 1) % args.eval.eval_every == 0 or step + 1 == steps):
             metrics.update(actor.evaluate(args.eval, step + 1))
