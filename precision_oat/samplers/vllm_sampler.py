@@ -53,6 +53,7 @@ from typing import Iterable, Optional
 
 import torch
 
+from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
 
 INSTALL_HINT = (
@@ -242,8 +243,9 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         if folder is None:
             folder = Path(tempfile.mkdtemp(prefix="precision-oat-vllm-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        policy.model.save_pretrained(folder)
-        policy.tokenizer.save_pretrained(folder)
+        with quiet_save():
+            policy.model.save_pretrained(folder)
+            policy.tokenizer.save_pretrained(folder)
         source = folder
     longest = rollout.max_prompt_length + longest_response
     limit = getattr(policy.model.config, "max_position_embeddings", None)

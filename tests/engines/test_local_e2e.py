@@ -4,6 +4,10 @@ LoRA: test_local_lora.py). Every recipe's update runs in fp16 in test_local_lear
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,3 +74,19 @@ def test_final_probe_reports_bf16_above_fp16(tmp_path, embedded_policy_dir):
     assert probe == summary["probe"]
     assert probe["ratios"]["abs_logp_diff_mean"] > 3
     assert probe["dtypes"]["fp32"]["mismatch/abs_logp_diff_mean"] < 1e-5
+
+
+def test_a_builtin_cpu_run_prints_no_deepspeed_notice_and_no_progress_bar(tmp_path, embedded_policy_dir):
+    # A fresh process: DeepSpeed warns once per process, at its first import (by save_pretrained).
+    script = ("from precision_oat.backends.local.loop import train\n"
+              "from tests.engines.helpers import make_args\n"
+              f"train(make_args(model={str(embedded_policy_dir)!r}, dtype='bf16', output_dir={str(tmp_path)!r}))\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    assert (tmp_path / "checkpoints" / "step_000002").is_dir()
+    assert "Setting accelerator" not in output
+    # tqdm draws a bar as "NN%|…|" and redraws it with a carriage return.
+    assert "%|" not in output and "\r" not in output, output
