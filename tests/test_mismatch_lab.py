@@ -82,7 +82,8 @@ def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_
     assert fp32["trainer/microbatch_gap_abs_mean"] < 1e-5
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="DeepSpeed computes fp16 on CUDA")
+@pytest.mark.skipif(torch.cuda.is_available() or importlib.util.find_spec("deepspeed") is None,
+                    reason="needs DeepSpeed and no CUDA (where DeepSpeed computes fp16)")
 def test_lab_refuses_fp16_with_a_deepspeed_trainer_on_cpu_before_sampling(embedded_policy_dir, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:
