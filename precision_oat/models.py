@@ -8,6 +8,7 @@ from typing import Callable
 
 from precision_oat.args import ModelArgs
 from precision_oat.errors import UserError
+from precision_oat.quiet import no_transformers_progress_bars
 
 
 @dataclass
@@ -40,7 +41,8 @@ def load_policy(args: ModelArgs, log: Callable[[str], None] = print) -> Policy:
         flag = "--tokenizer" if args.tokenizer else "--model"
         raise UserError(f"{flag} {tokenizer_source}: could not load its tokenizer ({_one_line(e)})") from e
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=args.attn_implementation, **kwargs)
+        with no_transformers_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=args.attn_implementation, **kwargs)
     except ImportError as e:  # the kernel of --attn-implementation needs a package that is missing
         raise UserError(
             f"--attn-implementation {args.attn_implementation}: {_one_line(e)}; install it or use --attn-implementation sdpa"

@@ -25,6 +25,8 @@ class Stack:
     needed_by: str
     # How to get it.
     install: str
+    # What to pass instead, to do without it.
+    instead: str = ""
 
 
 STACKS: dict[str, Stack] = {
@@ -39,16 +41,20 @@ STACKS: dict[str, Stack] = {
         "vLLM",
         ("vllm",),
         "--sampler vllm",
-        'pip install -e ".[vllm]" on a CUDA machine, or `bash scripts/vllm_env.sh` for the CPU build; '
-        "or use --sampler builtin",
+        'pip install -e ".[vllm]" on a CUDA machine, or `bash scripts/vllm_env.sh` for the CPU build',
+        "--sampler builtin",
     ),
     "deepspeed": Stack(
         "DeepSpeed",
         ("deepspeed",),
         "--learner deepspeed",
-        'pip install -e ".[deepspeed]", or use --learner builtin',
+        'pip install -e ".[deepspeed]"',
+        "--learner builtin",
     ),
 }
+# The one environment with both vLLM and DeepSpeed.
+VLLM_WITH_DEEPSPEED = ('pip install -e ".[vllm,deepspeed]" on a CUDA machine gives both (the CPU venv of '
+                       "`bash scripts/vllm_env.sh` has vLLM but no DeepSpeed, `make setup`'s .venv DeepSpeed but no vLLM)")
 
 
 def missing(stack: str) -> list[str]:
@@ -66,7 +72,30 @@ def require(stack: str) -> None:
     absent = missing(stack)
     if absent:
         s = STACKS[stack]
-        python = f"Python {sys.version_info.major}.{sys.version_info.minor}"
-        raise UserError(
-            f"{s.needed_by} needs {s.name}, but this {python} environment lacks {', '.join(absent)}; {s.install}"
-        )
+        instead = f"; or use {s.instead}" if s.instead else ""
+        raise UserError(f"{s.needed_by} needs {s.name}, but this {_python()} environment lacks {', '.join(absent)}; "
+                        f"{s.install}{instead}")
+
+
+def require_all(flags: dict[str, tuple[str, str]]) -> None:
+    """:func:`require` for several stacks at once, in one line.
+
+    ``flags`` maps each stack to the caller's own flag that asks for it and the flag that does
+    without it. vLLM with DeepSpeed names the one environment that has both.
+    """
+    absent = {stack: missing(stack) for stack in flags if missing(stack)}
+    if not absent:
+        return
+    names = " and ".join(STACKS[stack].name for stack in flags)
+    if set(flags) == {"vllm", "deepspeed"}:
+        install = VLLM_WITH_DEEPSPEED
+    else:
+        install = "; ".join(STACKS[stack].install for stack in absent)
+    asked = " ".join(flag for flag, _ in flags.values())
+    instead = " ".join(flags[stack][1] for stack in absent)
+    raise UserError(f"{asked} needs {names}, but this {_python()} environment lacks "
+                    f"{', '.join(m for ms in absent.values() for m in ms)}; {install}; or use {instead}")
+
+
+def _python() -> str:
+    return f"Python {sys.version_info.major}.{sys.version_info.minor}"

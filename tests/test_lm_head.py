@@ -9,7 +9,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from precision_oat.backends.local.driver import train
-from precision_oat.precision.lm_head import use_fp32_head
+from precision_oat.precision.lm_head import head_is_tied, use_fp32_head
+from precision_oat.precision.policy import Precision
+from precision_oat.precision.weight_sync import push_weights
 from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams
@@ -82,7 +84,7 @@ def test_lab_measures_bf16_and_bf16_with_an_fp32_head_side_by_side(untied_byte_m
     assert head["mismatch/abs_logp_diff_mean"] != plain["mismatch/abs_logp_diff_mean"]
 
 
-def test_bf16_run_with_an_fp32_head_trains_and_syncs_an_fp32_head(tmp_path, embedded_policy_dir):
+def test_bf16_run_with_an_fp32_head_trains_and_syncs_an_fp32_head(tmp_path, embedded_policy_dir, capsys):
     # An untied copy of the embedded policy, so that lm_head.weight is its own fp32 tensor on both sides.
     model = AutoModelForCausalLM.from_pretrained(embedded_policy_dir)
     model.config.tie_word_embeddings = False
@@ -95,5 +97,32 @@ def test_bf16_run_with_an_fp32_head_trains_and_syncs_an_fp32_head(tmp_path, embe
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["precision_contract"]["lm_head"] == "fp32"
     assert config["precision_contract"]["weight_sync"] == "bf16 (lm_head.weight fp32)"
+    assert "weight sync bf16 (lm_head.weight fp32) · lm_head fp32\n" in capsys.readouterr().out
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(0 < r["mismatch/abs_logp_diff_mean"] < 1 for r in rows)
+
+
+@pytest.mark.parametrize("kind, tied", [("qwen2", True), ("llama", False)])
+def test_contract_and_weight_sync_check_agree_on_where_an_fp32_head_weight_lives(kind, tied):
+    model = tiny_model(kind)
+    precision = Precision.from_flags("bf16", lm_head_dtype="fp32")
+    sampler = KVCacheSampler(model, precision.sampler_dtype, fp32_head=True)
+    assert head_is_tied(sampler.model) == tied
+    # A tied head keeps the embedding's bf16 weight; an untied one is stored in fp32.
+    assert sampler.model.lm_head.weight.dtype == precision.sync_dtype("lm_head.weight", tied)
+    contract = precision.contract(tied)
+    assert contract["weight_sync"] == ("bf16" if tied else "bf16 (lm_head.weight fp32)")
+    assert contract["lm_head"] == ("fp32 compute, weight tied to the embedding in bf16" if tied else "fp32")
+    # The checked sync casts each master to the dtype the contract names and finds the sampler's copy equal.
+    assert push_weights(sampler, model.named_parameters(), precision, tied) == len(list(model.parameters()))
+
+
+def test_bf16_run_with_an_fp32_head_on_a_tied_model_prints_and_records_the_tied_contract(tmp_path, embedded_policy_dir,
+                                                                                        capsys):
+    train(make_args(model=str(embedded_policy_dir), dtype="bf16", lm_head_dtype="fp32", steps=1,
+                    output_dir=str(tmp_path)))
+    out = capsys.readouterr().out
+    assert ("precision contract: sampler bf16 · trainer compute bf16 · master weights fp32 · weight sync bf16 · "
+            "lm_head fp32 compute, weight tied to the embedding in bf16\n") in out
+    contract = json.loads((tmp_path / "config.json").read_text())["precision_contract"]
+    assert contract["weight_sync"] == "bf16" and contract["lm_head"] == "fp32 compute, weight tied to the embedding in bf16"

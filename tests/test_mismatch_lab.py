@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
+import torch
 
 from precision_oat.mismatch.__main__ import cli
 from precision_oat.mismatch.lab import RATIO_KEYS, LabArgs, run_lab
@@ -78,3 +80,31 @@ def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_
         for key in ("trainer/microbatch_gap_abs_mean", "trainer/update_path_gap_abs_mean"):
             assert 0.0 <= stats[key] < 1e-2, (key, stats[key])
     assert fp32["trainer/microbatch_gap_abs_mean"] < 1e-5
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or importlib.util.find_spec("deepspeed") is None,
+                    reason="needs DeepSpeed and no CUDA (where DeepSpeed computes fp16)")
+def test_lab_refuses_fp16_with_a_deepspeed_trainer_on_cpu_before_sampling(embedded_policy_dir, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        cli(["--model", str(embedded_policy_dir), "--trainer", "deepspeed", "--device", "cpu",
+             "--output-dir", str(out)])
+    message = str(e.value.code)
+    assert message.startswith("error: --trainer deepspeed --dtypes bf16 fp16 fp32: ") and "\n" not in message
+    assert "use --dtypes bf16 fp32, or --trainer hf" in message
+    assert "--learner" not in message and "--dtype " not in message
+    assert not out.exists()
+
+
+def test_lab_names_a_missing_stack_with_its_own_flags_before_loading_anything(tmp_path):
+    absent = [m for m in ("vllm", "deepspeed") if importlib.util.find_spec(m) is None]
+    if not absent:
+        pytest.skip("vLLM and DeepSpeed are both installed here")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        cli(["--sampler", "vllm", "--trainer", "deepspeed", "--device", "cpu", "--output-dir", str(out)])
+    message = str(e.value.code)
+    assert message.startswith("error: --sampler vllm --trainer deepspeed needs vLLM and DeepSpeed") and "\n" not in message
+    assert f"lacks {', '.join(absent)};" in message
+    assert 'pip install -e ".[vllm,deepspeed]" on a CUDA machine' in message and "--learner" not in message
+    assert not out.exists()

@@ -47,10 +47,15 @@ def ensure_process_group(device: torch.device) -> None:
     import_deepspeed().init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
 
 
+def deepspeed_refuses(dtype: str) -> bool:
+    """True when DeepSpeed cannot compute in ``dtype`` on this machine: it refuses fp16 without CUDA."""
+    return dtype == "fp16" and not torch.cuda.is_available()
+
+
 def engine_config(precision: Precision, micro_batch_size: int, zero_stage: int, max_grad_norm: Optional[float],
                   optimizer: Optional[dict] = None) -> dict:
     """A DeepSpeed config: the precision sections, ZeRO, clipping and (optionally) the optimiser."""
-    if precision.trainer == "fp16" and not torch.cuda.is_available():
+    if deepspeed_refuses(precision.trainer):
         raise UserError("--dtype fp16 with DeepSpeed needs a CUDA device (DeepSpeed refuses fp16 on CPU); "
                         "use --learner builtin, or --dtype bf16/fp32")
     if zero_stage not in (0, 1, 2, 3):

@@ -5,6 +5,11 @@ Examples::
     python -m precision_oat.mismatch                      # embedded tiny policy, CPU or GPU
     python -m precision_oat.mismatch --model DIR --gguf-file SmolLM2-135M-Instruct.Q4_1.gguf \\
         --prompt-data prompts.jsonl --prompt-template chat --num-prompts 128 --max-new-tokens 512
+    python -m precision_oat.mismatch --sampler vllm --trainer deepspeed   # the paper's pair: a CUDA machine
+                                                                          # with pip install -e ".[vllm,deepspeed]"
+
+What cannot run here (a stack this Python lacks, fp16 with DeepSpeed without CUDA) fails in
+one line before the first sample.
 """
 
 from __future__ import annotations

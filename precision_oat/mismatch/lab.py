@@ -195,16 +195,35 @@ def trainer_self_gaps(forward, trainer, input_ids, attention_mask, reference, ma
     return out
 
 
-def run_lab(args: LabArgs, log=print) -> dict:
-    """Measure every dtype of ``args``; write mismatch.json (and figures); return its content."""
-    from precision_oat.args import ModelArgs
-    from precision_oat.models import load_policy, resolve_device
+def check_lab_args(args: LabArgs) -> None:
+    """Refuse, before anything is loaded or written, what cannot run here, naming the lab's own flags."""
+    from precision_oat import stacks
+    from precision_oat.learners.deepspeed_config import deepspeed_refuses
 
     if not args.dtypes:
         raise UserError("--dtypes: give at least one of bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
     if any(d.endswith(FP32_HEAD) for d in args.dtypes) and (args.sampler, args.trainer) != ("builtin", "hf"):
         raise UserError(f"--dtypes {' '.join(args.dtypes)}: an fp32 lm_head needs --sampler builtin --trainer hf "
                         "(vLLM computes a generating model's head in the model dtype, DeepSpeed casts every weight)")
+    flags = {}
+    if args.sampler == "vllm":
+        flags["vllm"] = ("--sampler vllm", "--sampler builtin")
+    if args.trainer == "deepspeed":
+        flags["deepspeed"] = ("--trainer deepspeed", "--trainer hf")
+    stacks.require_all(flags)
+    refused = [d for d in args.dtypes if args.trainer == "deepspeed" and deepspeed_refuses(d)]
+    if refused:
+        kept = [d for d in args.dtypes if d not in refused] or ["bf16", "fp32"]
+        raise UserError(f"--trainer deepspeed --dtypes {' '.join(args.dtypes)}: DeepSpeed refuses fp16 without a CUDA "
+                        f"device; use --dtypes {' '.join(kept)}, or --trainer hf to measure fp16 here")
+
+
+def run_lab(args: LabArgs, log=print) -> dict:
+    """Measure every dtype of ``args``; write mismatch.json (and figures); return its content."""
+    from precision_oat.args import ModelArgs
+    from precision_oat.models import load_policy, resolve_device
+
+    check_lab_args(args)
     device = resolve_device(args.device)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

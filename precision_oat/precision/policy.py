@@ -169,22 +169,33 @@ class Precision:
         """True when the sampler or the trainer computes in fp16 (what the fp16 preflight guards)."""
         return "fp16" in (self.sampler, self.trainer)
 
-    def sync_dtype(self, name: str) -> torch.dtype:
-        """The dtype the weight ``name`` is cast to when pushed into the sampler."""
-        return torch.float32 if self.fp32_head and name == LM_HEAD_WEIGHT else self.sampler_dtype
+    def fp32_head_weight(self, head_tied: bool) -> bool:
+        """True when the output projection's weight is stored in fp32: an fp32 head that is not
+        tied to the input embedding (a tied one keeps the embedding's dtype and is upcast for the product)."""
+        return self.fp32_head and not head_tied
 
-    def contract(self) -> dict[str, str]:
-        """What each part computes or is stored in: recorded in config.json and printed at start-up."""
-        head = "fp32" if self.fp32_head else (self.sampler if self.sampler == self.trainer
-                                              else f"{self.sampler} (sampler) / {self.trainer} (trainer)")
-        sync = self.sampler + (f" ({LM_HEAD_WEIGHT} fp32)" if self.fp32_head else "")
+    def sync_dtype(self, name: str, head_tied: bool = False) -> torch.dtype:
+        """The dtype the weight ``name`` is cast to when pushed into the sampler."""
+        return torch.float32 if name == LM_HEAD_WEIGHT and self.fp32_head_weight(head_tied) else self.sampler_dtype
+
+    def contract(self, head_tied: bool = False) -> dict[str, str]:
+        """What each part computes or is stored in, for a model whose head is (or is not) tied to
+        its input embedding: recorded in config.json and printed at start-up."""
+        sides = self.sampler if self.sampler == self.trainer else f"{self.sampler} (sampler) / {self.trainer} (trainer)"
+        if not self.fp32_head:
+            head = sides
+        elif head_tied:
+            head = f"fp32 compute, weight tied to the embedding in {sides}"
+        else:
+            head = "fp32"
+        sync = self.sampler + (f" ({LM_HEAD_WEIGHT} fp32)" if self.fp32_head_weight(head_tied) else "")
         return {"sampler": self.sampler, "trainer_compute": self.trainer, "master_weights": self.master,
                 "weight_sync": sync, "lm_head": head}
 
-    def describe_contract(self) -> str:
+    def describe_contract(self, head_tied: bool = False) -> str:
         """:meth:`contract` on one line, as the start banner prints it."""
         labels = {"trainer_compute": "trainer compute", "master_weights": "master weights", "weight_sync": "weight sync"}
-        return " · ".join(f"{labels.get(k, k)} {v}" for k, v in self.contract().items())
+        return " · ".join(f"{labels.get(k, k)} {v}" for k, v in self.contract(head_tied).items())
 
     # --- renderers ---
 

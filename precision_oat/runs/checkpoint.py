@@ -36,6 +36,7 @@ import torch
 
 from precision_oat.distributed.world import SINGLE, World
 from precision_oat.errors import UserError
+from precision_oat.quiet import quiet_save
 
 STEP_FOLDER = re.compile(r"^step_(\d+)$")
 # What a torn, truncated or half-written checkpoint raises while loading.
@@ -60,8 +61,9 @@ def save_checkpoint(output_dir: Path, step: int, learner, tokenizer, keep: Optio
     learner.save_state(tmp)
     world.barrier()
     if world.is_main:
-        policy.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with quiet_save():
+            policy.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         torch.save({"step": step, "rng": rng_states(), "world_size": world.size}, tmp / "trainer_state.pt")
         _fsync_tree(tmp)
         shutil.rmtree(final, ignore_errors=True)

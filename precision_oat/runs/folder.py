@@ -88,6 +88,12 @@ def config_values(out: Path, args: Args) -> dict:
     return {**values, "precision_contract": args.precision.build().contract()}
 
 
+def record_contract(out: Path, contract: dict) -> None:
+    """Put the loaded model's precision contract into config.json (whether its head is tied is known only then)."""
+    path = out / "config.json"
+    write_json(path, {**json.loads(path.read_text()), "precision_contract": contract})
+
+
 def write_json(path: Path, value) -> None:
     """Write ``path`` atomically: a crash leaves the old file or the new one, never half of one."""
     tmp = path.with_name(path.name + ".tmp")

@@ -39,6 +39,9 @@ Departures from vLLM's defaults:
     9. One request per sample (``n=1``), each with its row's seed (:func:`request_params`),
        not one request with ``n`` samples; with ``enable_prefix_caching`` the G requests of
        a prompt share its prefill.
+    10. vLLM's warnings that say nothing about this sampler (listed in :data:`HARMLESS_VLLM_WARNINGS`)
+        are dropped by a filter on the exact logger and message; every other vLLM message is
+        kept (docs/vllm.md lists what a CPU run still prints).
 """
 
 from __future__ import annotations
@@ -47,15 +50,18 @@ import atexit
 import contextlib
 import dataclasses
 import importlib.util
+import logging
 import os
 import random
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Iterable, Optional
 
 import torch
 
+from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
 from precision_oat.seeds import row_seed
 
@@ -67,12 +73,49 @@ INSTALL_HINT = (
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
+# Departure 9: logger → starts of its messages that are dropped.
+HARMLESS_VLLM_WARNINGS = {
+    # skip_tokenizer_init (departure 5): the chat-template warm-up fails with a traceback, and
+    # there is no EOS id (only stop_token_ids end a response, departure 4).
+    "vllm.renderers.base": ("Chat template warmup failed", "Using None for EOS token id"),
+    # A rotary embedding has no weights in a checkpoint; every reload puts its cos/sin cache back.
+    "vllm.model_executor.model_loader.reload.layerwise": ("RotaryEmbedding: Failed to load weights",),
+    # The checkpoint is cast into the sampler dtype on load, which is the precision contract.
+    "vllm.model_executor.models.utils": ("Attempted to load weight ",),
+    # vLLM's own calls during start-up, while it has replaced torch.set_num_threads (departure 3).
+    "vllm.v1.worker.cpu_worker": ("CPU backend doesn't allow to use `torch.set_num_threads`",),
+    # The global RNG states are restored around start-up and sampling (departure 6).
+    "vllm.engine.arg_utils": ("The global random seed is set to",),
+    # What --vllm-enforce-eager asks for.
+    "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled"),
+}
+
 # Departure 7: strong references to every engine built in this process.
 _LIVE_ENGINES: list = []
 
 
 def is_vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, starts: tuple[str, ...]):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.starts)
+
+
+def drop_harmless_vllm_warnings() -> None:
+    """Filter :data:`HARMLESS_VLLM_WARNINGS` out of their loggers (once per process)."""
+    for name, starts in HARMLESS_VLLM_WARNINGS.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMessages) for f in logger.filters):
+            logger.addFilter(_DropMessages(starts))
+    # vLLM's kernel dispatcher reads a deprecated torch attribute while it scans modules.
+    warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning,
+                            module=r"vllm\.triton_utils\.dispatcher")
 
 
 class VLLMSampler:
@@ -116,6 +159,7 @@ class VLLMSampler:
         self._seeds = random.Random(seed)
 
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        drop_harmless_vllm_warnings()
         import vllm
         from vllm.inputs import TokensPrompt
         from vllm.platforms import current_platform
@@ -137,6 +181,7 @@ class VLLMSampler:
                     logprobs_mode="processed_logprobs",
                     generation_config="vllm",
                     skip_tokenizer_init=True,
+                    use_tqdm_on_load=False,
                     **engine_kwargs,
                 )
                 # One token now: some models fail only in their first forward (e.g. a head
@@ -248,8 +293,9 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         if folder is None:
             folder = Path(tempfile.mkdtemp(prefix="precision-oat-vllm-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        policy.model.save_pretrained(folder)
-        policy.tokenizer.save_pretrained(folder)
+        with quiet_save():
+            policy.model.save_pretrained(folder)
+            policy.tokenizer.save_pretrained(folder)
         source = folder
     longest = rollout.max_prompt_length + longest_response
     limit = getattr(policy.model.config, "max_position_embeddings", None)

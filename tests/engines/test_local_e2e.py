@@ -4,6 +4,10 @@ LoRA: test_local_lora.py). Every recipe's update runs in fp16 in test_local_lear
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,3 +93,19 @@ def test_every_step_logs_where_its_time_went(tmp_path, embedded_policy_dir):
     assert list(split) == parts
     assert sum(t["share"] for t in split.values()) == pytest.approx(1.0)
     assert split["sample"]["mean_s"] == pytest.approx(sum(r["perf/time/sample"] for r in rows) / 2)
+
+
+def test_a_builtin_cpu_run_prints_no_deepspeed_notice_and_no_progress_bar(tmp_path, embedded_policy_dir):
+    # A fresh process: DeepSpeed warns once per process, at its first import (by save_pretrained).
+    script = ("from precision_oat.backends.local.driver import train\n"
+              "from tests.engines.helpers import make_args\n"
+              f"train(make_args(model={str(embedded_policy_dir)!r}, dtype='bf16', output_dir={str(tmp_path)!r}))\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    assert (tmp_path / "checkpoints" / "step_000002").is_dir()
+    assert "Setting accelerator" not in output
+    # tqdm draws a bar as "NN%|…|" and redraws it with a carriage return.
+    assert "%|" not in output and "\r" not in output, output

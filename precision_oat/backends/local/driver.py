@@ -32,13 +32,14 @@ from precision_oat.errors import UserError
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import load_policy, resolve_device
+from precision_oat.precision.lm_head import head_is_tied
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.presets import to_values
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.rl.step import UpdateSettings
 from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
-from precision_oat.runs.folder import config_values, output_dir_for, start_new_run
+from precision_oat.runs.folder import config_values, output_dir_for, record_contract, start_new_run
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.resume import check_resume, record_resume
@@ -90,11 +91,16 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
                  if learner_class is None else learner_class.__qualname__)
     say(f"precision-oat · backend local · algo {args.algorithm.algo} ({algorithm}) · sampler {args.rollout.sampler} · "
         f"learner {args.train.learner} · device {device}" + (f" · {world.size} processes" if world.size > 1 else "") +
-        f"\nprecision policy:\n{precision.describe()}\nprecision contract: {precision.describe_contract()}", flush=True)
+        f"\nprecision policy:\n{precision.describe()}", flush=True)
 
     torch.manual_seed(args.train.seed)
     random.seed(args.train.seed)
     policy = load_policy(args.model)
+    # Whether an fp32 lm_head keeps its own fp32 weight depends on the model: a tied one cannot.
+    head_tied = head_is_tied(policy.model)
+    say(f"precision contract: {precision.describe_contract(head_tied)}", flush=True)
+    if world.is_main and not args.log.resume:
+        record_contract(out, precision.contract(head_tied))
     task = build_task(args.task, args.eval, policy.tokenizer)
     task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
@@ -119,7 +125,7 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
     start_step = 0
     if args.log.resume:
         folder, start_step = resume_checkpoint(out, learner, world)
-        push_weights(sampler, learner.export_weights(), precision)
+        push_weights(sampler, learner.export_weights(), precision, head_tied)
         if world.is_main:
             record_resume(out, args, start_step)
         say(f"resumed from {folder} at step {start_step}", flush=True)
@@ -128,7 +134,8 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
     log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
                  run_name=args.log.run_name or out.name,
                  resume_step=start_step if args.log.resume else None) if world.is_main else None
-    return Run(out, world, device, precision, policy.tokenizer, examples, sampler, learner, actor, log, start_step)
+    return Run(out, world, device, precision, head_tied, policy.tokenizer, examples, sampler, learner, actor, log,
+               start_step)
 
 
 def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, device: torch.device,

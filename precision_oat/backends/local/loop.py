@@ -46,6 +46,8 @@ class Run:
     world: World
     device: torch.device
     precision: Precision
+    # The output projection shares the input embedding's weight (the precision contract depends on it).
+    head_tied: bool
     tokenizer: object
     # The task's training prompts.
     examples: list
@@ -73,7 +75,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             update = learner.update(batch.to(run.device), step)
             metrics.update(update.stats)
             sync_start = time.perf_counter()
-            push_weights(run.sampler, learner.export_weights(), run.precision)
+            push_weights(run.sampler, learner.export_weights(), run.precision, run.head_tied)
             metrics["perf/time/sync"] = time.perf_counter() - sync_start
             metrics["step"] = step + 1
             if evaluation.eval_every and ((step + 1) % evaluation.eval_every == 0 or step + 1 == steps):
