@@ -78,7 +78,7 @@ def synthetic_rollout(args: BenchArgs, vocab: int, seed: int = 0):
 
 def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device: torch.device) -> float:
     from precision_oat.args import Args, TrainArgs, algorithm_spec
-    from precision_oat.backends.local.loop import build_learner
+    from precision_oat.backends.local.driver import build_learner
     from precision_oat.precision.policy import Precision
 
     train_args = Args(train=TrainArgs(micro_batch_size=args.micro_batch_size, learning_rate=1e-7, learner=learner_kind))
