@@ -485,6 +485,12 @@ class Args(Checked):
         elif self.train.learner == "deepspeed":
             self.precision.build().check_deepspeed("--learner deepspeed")
         _check_sampler_precision(self)
+        if self.task.task != "arithmetic" and self.model.model is None:
+            example = {"counting": "--model <HF folder> --task counting --max-new-tokens 768",
+                       "math": "--model <HF folder> --task math --max-new-tokens 2048"}[self.task.task]
+            raise UserError(f"--task {self.task.task}: the embedded policy (no --model) reads digits and arithmetic "
+                            f"signs only, so it cannot read this task's prompts; give it a real model, e.g. "
+                            f"python -m precision_oat.main {example}")
         if self.task.task == "arithmetic":
             for name, value in (("prompt_data", self.task.prompt_data), ("eval_data", self.eval.eval_data),
                                 ("eval_benchmarks", self.eval.eval_benchmarks)):

@@ -115,6 +115,8 @@ BAD_INPUTS: list[Bad] = [
     bad("--task", "math", "--prompt-template", "fewshot", flag="--prompt-template"),
     bad("--prompt-data", "data/train/math_1k5"),  # the arithmetic task makes its own prompts
     bad("--eval-benchmarks", "aime"),
+    bad("--task", "counting", flag="--task"),  # the embedded policy cannot read the counting prompts
+    bad("--task", "math", flag="--task"),
     # --- evaluation ---
     bad("--eval-every", "0"),
     bad("--eval-samples", "0"),
