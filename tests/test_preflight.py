@@ -206,3 +206,11 @@ def test_cli_exits_with_one_error_line_when_the_check_fails(embedded_policy_dir,
              "--output-dir", str(tmp_path)])
     assert str(e.value.code).startswith("error: fp16 preflight: ") and OVERRIDE_FLAG in str(e.value.code)
     assert (tmp_path / "preflight.json").is_file()
+
+
+def test_an_overflowing_gradient_is_explained_not_refused():
+    from precision_oat.mismatch.preflight import overflow_note
+
+    note = overflow_note({"overflow": 3, "loss_scale": 65536.0})
+    assert "3 gradient values overflow at loss scale 65536" in note
+    assert "would be skipped" in note and "train/skipped_steps" in note

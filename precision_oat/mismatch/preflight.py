@@ -204,11 +204,20 @@ def format_report(report: dict) -> str:
                  f"{100 * g['flush_to_zero_share']:.2f}% round to zero in fp16, "
                  f"{100 * g['below_normal_share']:.2f}% fall below its smallest normal, "
                  f"{100 * g['overflow_share']:.2f}% overflow")
+    if g["overflow"]:
+        lines.append(overflow_note(g))
     for p in g["worst_parameters"]:
         if p["flush_to_zero_share"] > 0 or p["below_normal_share"] > 0:
             lines.append(f"  {p['name']}: {100 * p['flush_to_zero_share']:.2f}% to zero, "
                          f"{100 * p['below_normal_share']:.2f}% below normal")
     return "\n".join(lines)
+
+
+def overflow_note(gradients: dict) -> str:
+    """What an overflowing gradient value means for the run: a warning, not a refusal."""
+    return (f"  {gradients['overflow']:,} gradient values overflow at loss scale {gradients['loss_scale']:g}: a step "
+            "with this gradient would be skipped and the scale lowered until it fits (dynamic loss scaling); "
+            "the RL loss is not this next-token loss, so the run itself may skip none (train/skipped_steps says)")
 
 
 def fp16_gradient_counts(grad: torch.Tensor, loss_scale: float) -> dict[str, int]:
