@@ -100,8 +100,8 @@ def test_every_loss_statistic_is_in_metrics(objective, correction):
     assert not missing, f"{objective} × {correction} logs {missing}, absent from docs/metrics.md"
 
 
-def test_every_metric_key_written_in_the_local_engine_is_in_metrics():
-    # Literal keys such as "train/loss_scale" in the code that produces the local engine's log.
+def test_every_metric_key_written_by_the_local_backend_is_in_metrics():
+    # Literal keys such as "train/loss_scale" in the code that produces the local backend's log.
     sources = [*(PACKAGE / "backends" / "local").glob("*.py"), *(PACKAGE / "learners").glob("*.py"),
                *(PACKAGE / "rl").glob("*.py"), PACKAGE / "runs" / "log.py", *(PACKAGE / "algorithms").rglob("*.py")]
     keys = {k for path in sources for k in re.findall(r"""["']([a-z]+(?:/[a-z0-9_@]+)+)["']""", path.read_text())}

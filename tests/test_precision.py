@@ -156,7 +156,7 @@ def test_deepspeed_refuses_low_precision_masters():
 
 
 def test_deepspeed_needs_a_power_of_two_initial_dynamic_scale():
-    p = Precision.from_flags("fp16", initial_scale=1000.0)  # fine for the local engine
+    p = Precision.from_flags("fp16", initial_scale=1000.0)  # fine for the local backend
     with pytest.raises(PrecisionError, match="--initial-loss-scale"):
         p.deepspeed_config()
 

@@ -47,7 +47,7 @@ class PrecisionLearner(Learner):
         self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature,
                                         chunk_size=settings.logprob_chunk_size)
 
-    # --- the engine hooks of RLStep ---
+    # --- the learner hooks of RLStep ---
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
         (loss * self.scaler.scale).backward()

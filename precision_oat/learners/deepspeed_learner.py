@@ -54,7 +54,7 @@ class DeepSpeedLearner(DeepSpeedHooks, Learner):
     def deepspeed_engine(self):
         return self.engine
 
-    # --- the engine hooks of RLStep (the optimiser's are DeepSpeedHooks') ---
+    # --- the learner hooks of RLStep (the optimiser's are DeepSpeedHooks') ---
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
         self.engine.set_gradient_accumulation_boundary(last_micro_batch)

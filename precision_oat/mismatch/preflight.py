@@ -20,7 +20,7 @@ reports:
 the fp16 forward is not finite. ``python -m precision_oat.mismatch.preflight`` runs all of
 it on a model and prompts given as the mismatch lab takes them, prints the table and
 writes ``OUTPUT_DIR/preflight.json`` (keys in docs/metrics.md, "fp16 preflight").
-:func:`before_fp16_run` is the same check run by the local engine before an fp16 run.
+:func:`before_fp16_run` is the same check run by the local backend before an fp16 run.
 
 Departures from a real fp16 step, on purpose: the gradients are fp32 gradients scaled and
 rounded once, whereas an fp16 backward also rounds every intermediate gradient; positions

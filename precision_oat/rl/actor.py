@@ -1,7 +1,7 @@
-"""The actor side of an RL step, shared by every engine: prompts → G samples → rewards → a :class:`Rollout`.
+"""The actor side of an RL step, shared by every backend: prompts → G samples → rewards → a :class:`Rollout`.
 
 It takes a sampler (any :class:`~precision_oat.samplers.sampler.Sampler`), a task and the rollout
-settings; the engine decides where it runs and how weights reach the sampler.
+settings; the backend decides where it runs and how weights reach the sampler.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def check_rewards(rewards: Sequence[float], texts: Sequence[str], task_name: str
 
 
 def rollout_stats(rewards: Sequence[float], lengths: Sequence[int], truncated: Sequence[bool], elapsed_s: float) -> dict:
-    """``reward/…``, ``response/…`` and ``perf/sample_tokens_per_s`` of one rollout (same keys on every engine)."""
+    """``reward/…``, ``response/…`` and ``perf/sample_tokens_per_s`` of one rollout (same keys on every backend)."""
     mean = sum(rewards) / len(rewards)
     tokens = sum(lengths)
     return {

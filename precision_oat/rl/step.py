@@ -1,7 +1,7 @@
-"""The RL update every engine runs: one rollout in, one policy update and its statistics out.
+"""The RL update every backend runs: one rollout in, one policy update and its statistics out.
 
 :class:`RLStep` is a :class:`~precision_oat.algorithms.PolicyLoss` (the algorithm is the
-mixins placed before it) plus the skeleton of an update. An engine subclasses it and fills
+mixins placed before it) plus the skeleton of an update. A learner subclasses it and fills
 four hooks with what is truly its own: how to run a forward with the gradient, a backward,
 an optimiser step, and what its loss scaler reports. One call of :meth:`RLStep.update`:
 
@@ -64,11 +64,11 @@ class UpdateSettings:
 
 
 class RLStep(PolicyLoss):
-    """The shared update. Subclasses set ``self.settings`` and implement the four engine hooks."""
+    """The shared update. Subclasses set ``self.settings`` and implement the four learner hooks."""
 
     settings: UpdateSettings
 
-    # --- engine hooks ---
+    # --- learner hooks ---
 
     def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
                          response_mask=None) -> torch.Tensor:
@@ -86,7 +86,7 @@ class RLStep(PolicyLoss):
         raise NotImplementedError
 
     def precision_stats(self) -> dict[str, float]:
-        """``train/loss_scale``, ``train/skipped_steps`` and ``train/optimizer_steps`` as the engine counts them."""
+        """``train/loss_scale``, ``train/skipped_steps`` and ``train/optimizer_steps`` as the learner counts them."""
         raise NotImplementedError
 
     def trainable_weights(self) -> Iterable[torch.Tensor]:

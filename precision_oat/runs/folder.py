@@ -1,4 +1,4 @@
-"""The folder of a run: where it goes, how a new run claims it, and the summary computed from its metrics (both engines)."""
+"""The folder of a run: where it goes, how a new run claims it, and the summary computed from its metrics (both backends)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from precision_oat.args import Args
 from precision_oat.errors import UserError
 from precision_oat.presets import to_values
 
-# What a run writes into its folder (either engine); --overwrite deletes exactly these.
+# What a run writes into its folder (either backend); --overwrite deletes exactly these.
 RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "mismatch_probe.json", "checkpoints",
              "preflight.json", "preflight.txt", "wandb", "vllm_init", "initial_model", "oat", "learner_error.txt")
 # Their presence means the folder holds a run.

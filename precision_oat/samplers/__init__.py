@@ -1,4 +1,4 @@
-"""Samplers behind the seam of :mod:`precision_oat.samplers.sampler`, shared by every engine.
+"""Samplers behind the seam of :mod:`precision_oat.samplers.sampler`, shared by every backend.
 
     builtin       KV-cache decoding on a private copy of the weights (any device, no vLLM)
     vllm_sampler  an in-process vLLM engine (imported only when built)

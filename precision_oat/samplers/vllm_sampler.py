@@ -90,7 +90,7 @@ HARMLESS_VLLM_WARNINGS = {
     "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled"),
 }
 
-# Departure 7: strong references to every engine built in this process.
+# Departure 7: strong references to every backend built in this process.
 _LIVE_ENGINES: list = []
 
 

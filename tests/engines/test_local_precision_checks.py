@@ -1,4 +1,4 @@
-"""The local engine's precision checks: the automatic fp16 preflight, the precision contract and the
+"""The local backend's precision checks: the automatic fp16 preflight, the precision contract and the
 checked weight sync, on the embedded policy and copies of it scaled towards fp16's limit."""
 
 from __future__ import annotations

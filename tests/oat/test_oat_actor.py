@@ -1,7 +1,7 @@
-"""``PrecisionActor`` (Oat) samples what the local engine samples: same --seed, same step, same row.
+"""``PrecisionActor`` (Oat) samples what the local backend samples: same --seed, same step, same row.
 
 Actors are built by hand with the built-in sampler on the embedded policy, as Oat's ``init``
-would build them, each at its index; the local engine's actor shares their sampler.
+would build them, each at its index; the local backend's actor shares their sampler.
 """
 
 import pytest

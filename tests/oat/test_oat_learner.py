@@ -90,7 +90,7 @@ def test_loss_and_mismatch_match_the_local_engine_in_fp32(oat_args, oat_policy_d
 
     assert abs(local_info["loss/policy"]) > 1e-3
     assert oat_info["loss/policy"] == pytest.approx(local_info["loss/policy"], rel=1e-4)
-    # Gradient norm before clipping: DeepSpeed's ZeRO-2 reduction vs the local engine's master grads.
+    # Gradient norm before clipping: DeepSpeed's ZeRO-2 reduction vs the local backend's master grads.
     assert oat_info["train/grad_norm"] == pytest.approx(local_info["train/grad_norm"], rel=1e-4)
     for key in MISMATCH:
         assert oat_info[key] == pytest.approx(local_info[key], rel=1e-3, abs=1e-7), key

@@ -81,7 +81,7 @@ def test_two_steps_in_bf16_with_evaluation(tmp_path):
 
     assert [r["step"] for r in rows] == [1, 2]
     # Oat evaluates before training and then every 2 steps, once per benchmark of the task.
-    # The same keys as the local engine: one sample per held-out question, so avg@1.
+    # The same keys as the local backend: one sample per held-out question, so avg@1.
     evals = [r for r in all_rows if "eval/addition/avg@1" in r]
     assert [r["step"] for r in evals] == [0, 2]
     assert all(0.0 <= r["eval/addition/avg@1"] <= 1.0 and r["eval/addition/response_length"] > 0 for r in evals)

@@ -10,7 +10,7 @@ Two samplers, one ``step``:
                        broadcast Oat uses for vLLM, received here and cast by the sampler.
 
 ``step`` runs the shared actor (:class:`precision_oat.rl.actor.PrecisionActor`: G samples per
-prompt, the task's rewards, the same checks and statistics as the local engine) and hands
+prompt, the task's rewards, the same checks and statistics as the local backend) and hands
 Oat ``TransitionData`` whose ``response_logprobs`` are log μ of each sampled token, which is
 what ``OatLearner.learning_step`` reads.
 """
@@ -37,7 +37,7 @@ class OatActor(PPOActor):
         # Oat's get_program sets vLLM's dtype from the trainer flags; the sampler has its own.
         super().__init__(ipc_server, {**vllm_args, "dtype": args.precision.vllm_dtype()}, args)
         self.llm = None
-        # Rollouts sampled so far: the index of the next step, counted from 0 as in the local engine.
+        # Rollouts sampled so far: the index of the next step, counted from 0 as in the local backend.
         self.steps = 0
         # Oat's init sets the actor's index; one built by hand is actor 0.
         self.actor_id = 0
@@ -84,7 +84,7 @@ class OatActor(PPOActor):
 
         Oat's learner r sends its share of the step, ``rollout_batch_size_per_device`` prompts, to
         actor r (there are as many actors as learners), so the shares lie in actor order, as the
-        ranks' shares do in the local engine.
+        ranks' shares do in the local backend.
         """
         return self.actor_id * self.args.rollout_batch_size_per_device
 
@@ -112,14 +112,14 @@ class OatActor(PPOActor):
     def step(self, prompts: List[str], formatted_prompts: List[str], references: Optional[List[str]] = None):
         """Oat's actor step: :meth:`rollout`, handed to the learner through shared memory."""
         assert not self.eval_mode
-        del formatted_prompts  # the actor renders with the task's template, as the local engine does
+        del formatted_prompts  # the actor renders with the task's template, as the local backend does
         return self.ipc_client.serialize_ipc(self.rollout(prompts, references))
 
     def generate_and_maybe_eval(self, prompts, formatted_prompts, references=None, first_prompt=0):
         """Evaluation samples and their correctness, shaped [prompts, n] as Oat expects.
 
         ``first_prompt`` is where these prompts start in their benchmark; the sampling is the
-        local engine's evaluation after the steps sampled so far.
+        local backend's evaluation after the steps sampled so far.
         """
         assert self.eval_mode
         del formatted_prompts

@@ -2,7 +2,7 @@
 
 It is both a :class:`~precision_oat.rl.step.RLStep` and an Oat ``PPOLearner``; the algorithm
 is the mixins placed before it (``compose(spec, OatLearner)`` builds that class from
-``--algo``), exactly as in the local engine. What it overrides, and why:
+``--algo``), exactly as in the local backend. What it overrides, and why:
 
     _init                           DeepSpeed config from the Precision policy (strategy.py);
                                     metrics to metrics.jsonl; ``self.algo`` = our AlgorithmSpec
@@ -10,9 +10,9 @@ is the mixins placed before it (``compose(spec, OatLearner)`` builds that class 
     compute_monte_carlo_advantages  answered by the advantage mixin (``compute_advantages``)
     learning_step                   Oat's trajectory as a :class:`Rollout`, then ``RLStep.update``
                                     (π_old, mismatch, advantages, mini/micro-batches, statistics)
-    learn                           metric names: the shared keys at top level, as the local engine
+    learn                           metric names: the shared keys at top level, as the local backend
     evaluate                        every benchmark of the task, as ``eval/<benchmark>/avg@n``,
-                                    ``pass@k`` and ``response_length`` (the local engine's keys)
+                                    ``pass@k`` and ``response_length`` (the local backend's keys)
 
 What is Oat's own here: the forward through Oat's ``get_batch_logps``, and the backward and the
 optimiser step through Oat's DeepSpeed strategy. The gradient norm, the loss-scale report and
@@ -130,7 +130,7 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
         rewards = torch.tensor([r[-1] for r in trajectory["rewards"]], device=self.device).float() * self.args.reward_scale
         return Rollout(input_ids, attention.long(), response, sampler_logprobs, rewards, self.args.num_samples)
 
-    # --- the engine hooks of RLStep ---
+    # --- the learner hooks of RLStep ---
 
     def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
                          response_mask=None) -> torch.Tensor:
@@ -158,7 +158,7 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
     # --- evaluation ---
 
     def evaluate(self, dataloader, steps) -> dict:
-        """Every benchmark of the task through Oat's actors; the local engine's ``eval/…`` keys."""
+        """Every benchmark of the task through Oat's actors; the local backend's ``eval/…`` keys."""
         del dataloader
         self._pre_evaluate()
         results = {}

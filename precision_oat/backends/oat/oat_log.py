@@ -1,4 +1,4 @@
-"""Oat's metrics into the run's ``metrics.jsonl`` (and wandb), same format as the local engine.
+"""Oat's metrics into the run's ``metrics.jsonl`` (and wandb), same format as the local backend.
 
 Oat's learner logs on rank 0 through ``self._wandb.log(dict)`` and closes with
 ``self._wandb.finish()``; :class:`OatRunLog` stands in that place.
