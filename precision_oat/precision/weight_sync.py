@@ -8,7 +8,7 @@ the trainer's π, and the drift would be read as precision mismatch. :func:`push
 streams the weights into the sampler and compares, bit for bit, every tensor the sampler
 exposes through ``weights_for_check()``: all of them on the built-in sampler; on vLLM a few
 tensors of the CPU copy it pushes into the engine (a check of our cast and bookkeeping, not
-of vLLM's own reload). A sampler without that method is not checked.
+of vLLM's own reload). A sampler that can check none returns an empty dict.
 
 Streaming: the export is read once, one tensor at a time (exporting can gather each weight
 across processes, in fp32), and each tensor is checked as soon as the sampler has taken it
@@ -38,7 +38,7 @@ def push_weights(sampler, weights: Weights, precision: Precision, head_tied: boo
     ``head_tied``: the policy's output projection shares the input embedding's weight, so an
     fp32 head keeps that weight in the sampler dtype (:meth:`Precision.contract` says the same).
     """
-    held = sampler.weights_for_check() if hasattr(sampler, "weights_for_check") else {}
+    held = sampler.weights_for_check()
     checked = 0
 
     def checked_after_loading():

@@ -56,7 +56,12 @@ class Sampler(Protocol):
         ...
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace the sampler's weights with these (HF parameter names, any dtype)."""
+        """Replace the sampler's weights with these (HF parameter names, any dtype), read once, in order."""
+        ...
+
+    def weights_for_check(self) -> dict[str, torch.Tensor]:
+        """HF name → the tensor the sampler computes with, for the tensors whose weight sync can be
+        checked bit for bit (:mod:`~precision_oat.precision.weight_sync`); empty when none can."""
         ...
 
 
