@@ -293,6 +293,8 @@ class TrainArgs(Checked):
     train_batch_size: Optional[int] = None
     # Responses per forward/backward (gradient accumulation inside an optimiser step).
     micro_batch_size: int = 64
+    # Most padded tokens (rows × longest row) per forward/backward, rows packed by length; None: --micro-batch-size alone.
+    micro_batch_tokens: Optional[int] = None
     # Passes over each rollout.
     num_epochs: int = 1
     # Random seed (sampling, shuffling, model init).
@@ -319,6 +321,7 @@ class TrainArgs(Checked):
         checks.number(self, "max_grad_norm", gt=0, why="leave it unset to disable clipping")
         checks.integer(self, "train_batch_size", 1, why="leave it unset to use the whole rollout")
         checks.integer(self, "micro_batch_size", 1)
+        checks.integer(self, "micro_batch_tokens", 1, why="leave it unset to cut by --micro-batch-size alone")
         checks.integer(self, "num_epochs", 1)
         checks.integer(self, "logprob_chunk_size", 1)
         checks.integer(self, "seed", 0, 2**32 - 1)

@@ -52,7 +52,7 @@ def build_learner(args: Args, model, precision, spec, device, world: World = SIN
     settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
                               num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
                               self_consistent_old_logprobs=t.self_consistent_old_logprobs, world=world,
-                              logprob_chunk_size=t.logprob_chunk_size)
+                              logprob_chunk_size=t.logprob_chunk_size, micro_batch_tokens=t.micro_batch_tokens)
     base = PrecisionLearner
     if t.learner == "deepspeed":
         from precision_oat.learners.deepspeed_learner import DeepSpeedLearner
