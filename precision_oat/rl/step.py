@@ -33,7 +33,7 @@ import torch
 
 from precision_oat.algorithms import PolicyLoss
 from precision_oat.distributed.world import SINGLE, World
-from precision_oat.errors import NonFiniteWeights
+from precision_oat.errors import LEARNER_MEMORY_FLAGS, NonFiniteWeights, out_of_memory_explained
 from precision_oat.rl.microbatch import mean_stats
 from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
 from precision_oat.rl.rollout import Rollout
@@ -116,7 +116,15 @@ class RLStep(PolicyLoss):
         return world.gather_rows(mine)
 
     def update(self, rollout: Rollout, step: int) -> dict[str, float]:
-        """One RL update on ``rollout`` (already on the trainer's device); return its statistics."""
+        """One RL update on ``rollout`` (already on the trainer's device); return its statistics.
+
+        Running out of GPU memory is one :class:`~precision_oat.errors.UserError` line naming the flags to lower.
+        """
+        with out_of_memory_explained("the learner's forward/backward", LEARNER_MEMORY_FLAGS):
+            return self.update_in_memory(rollout, step)
+
+    def update_in_memory(self, rollout: Rollout, step: int) -> dict[str, float]:
+        """:meth:`update` itself."""
         start = time.perf_counter()
         s = self.settings
         world = s.world

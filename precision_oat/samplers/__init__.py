@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 
 from precision_oat.args import RolloutArgs
+from precision_oat.errors import SAMPLER_MEMORY_FLAGS, out_of_memory_explained
 from precision_oat.precision.policy import Precision
 
 
@@ -20,8 +21,15 @@ def build_sampler(policy, precision: Precision, device: torch.device, rollout: R
     """The ``--sampler`` of a run, holding its own copy of ``policy``'s weights in the sampler dtype.
 
     ``folder`` is where vLLM may save a policy that has no checkpoint folder of its own;
-    ``longest_response`` bounds vLLM's context (default ``--max-new-tokens``).
+    ``longest_response`` bounds vLLM's context (default ``--max-new-tokens``). Running out of GPU
+    memory while it starts is one :class:`~precision_oat.errors.UserError` line naming the flags to lower.
     """
+    with out_of_memory_explained(f"the {rollout.sampler} sampler's start", SAMPLER_MEMORY_FLAGS):
+        return _start_sampler(policy, precision, device, rollout, seed, folder, longest_response)
+
+
+def _start_sampler(policy, precision: Precision, device: torch.device, rollout: RolloutArgs, seed: int,
+                   folder: Optional[Path], longest_response: Optional[int]):
     if rollout.sampler == "vllm":
         from precision_oat.samplers.vllm_sampler import vllm_sampler_for
 

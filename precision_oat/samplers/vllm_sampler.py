@@ -140,6 +140,8 @@ class VLLMSampler:
                 self._llm.generate(
                     [TokensPrompt(prompt_token_ids=[0])], vllm.SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False
                 )
+        except torch.cuda.OutOfMemoryError:
+            raise  # the caller names the flags that free memory
         except Exception as e:
             raise ValueError(f"vLLM could not load the model at {self.model_path!r} as {dtype}: {e}") from e
         _LIVE_ENGINES.append(self._llm)

@@ -25,6 +25,7 @@ from precision_oat import stacks
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.algorithms import AlgorithmSpec, compose
 from precision_oat.args import Args, algorithm_spec
+from precision_oat.errors import LEARNER_MEMORY_FLAGS, out_of_memory_explained
 from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
 from precision_oat.runs.checkpoint import checkpoint_step, require_checkpoint, resume_checkpoint, save_checkpoint
 from precision_oat.learners.builtin import PrecisionLearner
@@ -58,7 +59,10 @@ def build_learner(args: Args, model, precision, spec, device, world: World = SIN
         from precision_oat.learners.deepspeed_learner import DeepSpeedLearner
 
         base = DeepSpeedLearner
-    return compose(spec, base)(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
+    with out_of_memory_explained(f"the {t.learner} learner's start (weights, masters, optimiser state)",
+                                 LEARNER_MEMORY_FLAGS):
+        return compose(spec, base)(model, precision, spec, settings, t, args.lora, device,
+                                   args.model.gradient_checkpointing)
 
 
 def train(args: Args) -> dict:
