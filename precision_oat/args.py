@@ -262,6 +262,8 @@ class RolloutArgs(Checked):
     vllm_prefix_caching: bool = False
     # vLLM: no CUDA graphs (starts faster).
     vllm_enforce_eager: bool = True
+    # vLLM on CUDA: release its KV cache and weights while the learner updates (sleep mode); ignored on CPU.
+    vllm_sleep: bool = True
 
     def check(self) -> None:
         super().check()

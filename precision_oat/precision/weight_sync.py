@@ -6,9 +6,9 @@ fp32 under ``--lm-head-dtype fp32``). A sampler that skipped a tensor, cast to a
 or copied into the wrong slot would otherwise go unnoticed: its μ would simply drift from
 the trainer's π, and the drift would be read as precision mismatch. :func:`push_weights`
 loads the weights, then compares, bit for bit, every tensor the sampler exposes through
-``weights_for_check()``: all of them on the built-in sampler; on vLLM a few tensors of the
-CPU copy it pushes into the engine (a check of our cast and bookkeeping, not of vLLM's own
-reload). A sampler without that method is not checked.
+``weights_for_check()``: all of them on the built-in sampler; on vLLM a few of the tensors
+it pushed into the engine, compared where they are (on the GPU under CUDA; a check of our
+cast and bookkeeping, not of vLLM's own reload). A sampler without that method is not checked.
 """
 
 from __future__ import annotations

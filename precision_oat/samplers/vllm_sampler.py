@@ -32,10 +32,17 @@ Departures from vLLM's defaults:
     7. Engines are kept alive until the process exits. In-process engines share vLLM's
        process-wide parallel state, and shutting one down (which garbage collection would
        do) tears that state down under every other engine of the process.
-    8. The sampler keeps a CPU copy of its weights (HF names, sampler dtype) and pushes all
-       of them on every :meth:`~VLLMSampler.load_weights`: vLLM's in-place reload rebuilds
-       whole fused layers (q/k/v and their biases, gate/up), so a partial update (LoRA's
-       merged projections) would leave the missing shards undefined.
+    8. Every :meth:`~VLLMSampler.load_weights` pushes every weight: vLLM's in-place reload
+       rebuilds whole fused layers (q/k/v and their biases, gate/up), so a partial update
+       (LoRA's merged projections) would leave the missing shards undefined. On CUDA a push
+       that names every weight goes straight from the learner's tensors, cast on the device
+       one at a time as vLLM reads them (no host copy); otherwise the sampler keeps a CPU copy
+       of its weights (HF names, sampler dtype), casts the pushed ones into it and pushes it all.
+    9. Sleep mode (``sleep=True``, CUDA only; vLLM ignores it on CPU): :meth:`~VLLMSampler.sleep`
+       releases the KV cache and the weights (level 2) while the learner updates, and the
+       next :meth:`~VLLMSampler.load_weights` wakes the weights, loads them, then wakes the KV
+       cache. Level 2 rather than 1: the weights are replaced after every update anyway, so
+       offloading them to the host (level 1) would copy them twice for nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 
@@ -86,6 +93,10 @@ class VLLMSampler:
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the G samples of a
             prompt); reset after every weight load.
         enforce_eager: skip CUDA-graph capture and compilation (faster start, slower decode).
+        sleep: build the engine with sleep mode, so that :meth:`sleep` frees its GPU memory
+            (departure 9); ignored, with a note, where the engine is not on CUDA.
+        direct_push: push full weight sets straight from the caller's tensors (departure 8);
+            None does so on CUDA only.
     """
 
     def __init__(
@@ -99,6 +110,8 @@ class VLLMSampler:
         cpu_kv_cache_gb: float = 1.0,
         enable_prefix_caching: bool = False,
         enforce_eager: bool = True,
+        sleep: bool = False,
+        direct_push: Optional[bool] = None,
     ):
         if dtype not in _DTYPES:
             raise ValueError(f"VLLMSampler dtype must be float16, bfloat16 or float32, got {dtype!r}")
@@ -120,6 +133,14 @@ class VLLMSampler:
         if current_platform.is_cpu():
             engine_kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * 2**30)
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        on_cuda = current_platform.is_cuda_alike()
+        if sleep and not on_cuda:
+            print("note: vLLM's sleep mode needs CUDA; the sampler keeps its memory while the learner updates",
+                  flush=True)
+        self._sleep_mode = sleep and on_cuda
+        self._asleep = False
+        self._direct_push = on_cuda if direct_push is None else direct_push
+        self._device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
         try:
             with _process_state_kept():
                 self._llm = vllm.LLM(
@@ -133,6 +154,7 @@ class VLLMSampler:
                     logprobs_mode="processed_logprobs",
                     generation_config="vllm",
                     skip_tokenizer_init=True,
+                    enable_sleep_mode=self._sleep_mode,
                     **engine_kwargs,
                 )
                 # One token now: some models fail only in their first forward (e.g. a head
@@ -145,7 +167,12 @@ class VLLMSampler:
         except Exception as e:
             raise ValueError(f"vLLM could not load the model at {self.model_path!r} as {dtype}: {e}") from e
         _LIVE_ENGINES.append(self._llm)
-        self._weights = _read_checkpoint(folder, _DTYPES[dtype])
+        # The CPU copy (departure 8); None once a direct push has made it stale.
+        self._weights: Optional[dict[str, torch.Tensor]] = _read_checkpoint(folder, _DTYPES[dtype])
+        self._names = list(self._weights)
+        # About four tensors spread through the model, compared by the weight sync's check.
+        self._checked_names = set(self._names[:: max(1, len(self._names) // 4)])
+        self._checked: dict[str, torch.Tensor] = {}
         text_config = self._llm.llm_engine.model_config.hf_config.get_text_config()
         self._tied_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
 
@@ -159,39 +186,85 @@ class VLLMSampler:
         import vllm
         from vllm.inputs import TokensPrompt
 
+        if self._asleep:
+            raise RuntimeError("vLLM sampler: generate() while asleep; load_weights() wakes it with the new weights")
         seed = params.seed if params.seed is not None else self._seeds.randrange(2**31)
         requests = request_params(vllm, dataclasses.replace(params, seed=seed), len(prompts))
         with _process_state_kept():
             outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], requests, use_tqdm=False)
         return completions_from(prompts, outputs, params)
 
+    def sleep(self) -> None:
+        """Release the KV cache and the weights until the next :meth:`load_weights` (sleep mode only; departure 9)."""
+        if self._sleep_mode and not self._asleep:
+            self._llm.sleep(level=2)
+            self._asleep = True
+
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace these HF-named weights (any dtype, any subset), then drop cached prefixes.
 
-        The tensors are cast into the sampler's CPU copy, and the whole copy goes through
-        the worker's in-place ``reload_weights`` (departure 8): the model's ``load_weights``
-        maps HF names onto its fused layers and each layer is re-processed into its kernel
-        layout (on CPU, linear weights are repacked). An unknown name raises.
+        Every weight goes through the worker's in-place ``reload_weights`` (departure 8): the
+        model's ``load_weights`` maps HF names onto its fused layers and each layer is
+        re-processed into its kernel layout (on CPU, linear weights are repacked). A full set
+        goes straight from the given tensors when ``direct_push``; otherwise the pushed ones
+        are cast into the CPU copy and all of it is pushed. An unknown name raises.
         """
+        given = {}
         for name, tensor in weights:
-            if name == "lm_head.weight" and self._tied_embeddings and name not in self._weights:
+            if name == "lm_head.weight" and self._tied_embeddings and name not in self._names:
                 continue  # a state_dict's alias of the tied input embedding
-            if name not in self._weights:
+            if name not in self._names:
                 raise KeyError(f"vLLM sampler: {self.model_path!r} has no weight named {name!r}")
-            self._weights[name].copy_(tensor.detach())
-        push = list(self._weights.items())
-        if self._tied_embeddings and "lm_head.weight" not in self._weights:
+            given[name] = tensor
+        if self._direct_push and len(given) == len(self._names):
+            push = self._cast_on_device(given)
+            self._weights = None  # stale from now on; dropping it frees host memory
+        else:
+            push = self._through_cpu_copy(given)
+        if self._tied_embeddings and "lm_head.weight" not in self._names:
             # HF stores a tied matrix once, as the input embedding; vLLM's lm_head aliases it,
             # and a reload that gave lm_head nothing would restore the old matrix over it.
-            push += [("lm_head.weight", t) for n, t in push if n.endswith("embed_tokens.weight")]
-        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(push), "is_checkpoint_format": True})
+            push = _with_tied_head(push)
+        if self._asleep:
+            self._llm.wake_up(tags=["weights"])
+        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
+        if self._asleep:
+            self._llm.wake_up(tags=["kv_cache"])
+            self._asleep = False
         self._llm.reset_prefix_cache()
 
+    def _cast_on_device(self, given: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, tensor cast to the sampler dtype on the engine's device), one at a time as vLLM reads them."""
+        self._checked = {}
+        for name, tensor in given.items():
+            cast = tensor.detach().to(device=self._device, dtype=_DTYPES[self.dtype])
+            if name in self._checked_names:
+                self._checked[name] = cast
+            yield name, cast
+
+    def _through_cpu_copy(self, given: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+        """The pushed tensors cast into the CPU copy, then every tensor of the copy."""
+        if self._weights is None:
+            raise RuntimeError(f"vLLM sampler: a push of {len(given)} of {len(self._names)} weights after a full "
+                               "push from the device, whose values the sampler no longer holds; push every weight")
+        for name, tensor in given.items():
+            self._weights[name].copy_(tensor.detach())
+        self._checked = {n: self._weights[n] for n in self._checked_names}
+        return iter(list(self._weights.items()))
+
     def weights_for_check(self) -> dict[str, torch.Tensor]:
-        """About four tensors spread through the CPU copy just pushed (a cheap check of the cast, not of vLLM's reload)."""
-        names = list(self._weights)
-        return {n: self._weights[n] for n in names[:: max(1, len(names) // 4)]}
+        """About four of the tensors just pushed, spread through the model (a cheap check of the cast, not of
+        vLLM's reload); on the device they were pushed from."""
+        return self._checked
+
+
+def _with_tied_head(push: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``push``, with the input embedding given again as ``lm_head.weight``."""
+    for name, tensor in push:
+        yield name, tensor
+        if name.endswith("embed_tokens.weight"):
+            yield "lm_head.weight", tensor
 
 
 def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
@@ -258,6 +331,7 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb,
         enable_prefix_caching=rollout.vllm_prefix_caching,
         enforce_eager=rollout.vllm_enforce_eager,
+        sleep=rollout.vllm_sleep,
     )
 
 

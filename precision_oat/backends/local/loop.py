@@ -140,6 +140,7 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     for step in range(start_step, steps):
         step_start = time.perf_counter()
         rollout, metrics = actor.rollout(prompts_of_step(examples, step, per_step, args.train.seed), step)
+        release_sampler_memory(sampler)
         metrics.update(learner.update(rollout.to(device), step))
         sync_start = time.perf_counter()
         push_weights(sampler, learner.export_weights(), precision)
@@ -183,6 +184,13 @@ def train_in(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, d
     summary = summarize_run(log.history, out, probe)
     write_json(out / "summary.json", summary)  # atomic: its presence marks the run finished
     return summary
+
+
+def release_sampler_memory(sampler) -> None:
+    """Let a sampler that can (vLLM in sleep mode) free its GPU memory for the update; the weight sync wakes it."""
+    sleep = getattr(sampler, "sleep", None)
+    if sleep is not None:
+        sleep()
 
 
 def processes(args: Args) -> tuple[World, "torch.device"]:
