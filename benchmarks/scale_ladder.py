@@ -8,17 +8,19 @@ Each cell is one model shape (random weights from a config written below, no dow
 response length; a random model never says stop, and no stop token is given, so every response
 runs to the limit. A cell runs ``--steps`` RL steps of the library's own parts, as the local loop
 does: the sampler generates ``--prompts-per-step`` × ``--num-samples`` responses to random prompts
-(random 0/1 rewards), the learner's ``update`` (π_old rescoring, then forward/backward and the
-optimiser step), then the checked weight sync. The first step also searches the largest
+(random 0/1 rewards) and, with ``--vllm-sleep``, releases its memory; the learner's ``update``
+(π_old rescoring, then forward/backward and the optimiser step); then the checked weight sync,
+which wakes vLLM. The first step also searches the largest
 micro-batch that fits (``--micro-batch-sizes``, largest first; an out-of-memory moves to the
 next); the later steps are timed. Each cell runs in its own process (vLLM engines live until
 their process exits), under ``--cell-timeout-s`` and what is left of ``--time-limit-s``.
 
 Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     fits, micro_batch_size      whether the step ran, and the largest micro-batch that did
-    learner_peak_gb             torch.cuda.max_memory_allocated during the update, less what was
-                                allocated before the learner was built (the sampler's share)
-    sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation)
+    learner_peak_gb             torch.cuda.max_memory_allocated during the update, less what the
+                                sampler kept allocated when the learner was built
+    sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation;
+                                with sleep mode the learner_peak_gb above is measured while it sleeps)
     sampler_tokens_per_s        response tokens sampled per second
     learner_tokens_per_s        sequence tokens (prompt + response) through rescoring and update per second
     mfu                         model FLOPs of rescoring and update / their time / --peak-tflops
@@ -102,6 +104,8 @@ class LadderArgs:
     gradient_checkpointing: bool = True
     # Fraction of the GPU vLLM may take for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.4
+    # vLLM's sleep mode: its KV cache and weights are released during the update (CUDA).
+    vllm_sleep: bool = True
     # Model shapes of the fp16/bf16 step-time ratio.
     ratio_models: tuple[str, ...] = ("qwen2.5-1.5b",)
     # Response length of the ratio's cells.
@@ -180,7 +184,7 @@ def cell_args(args: LadderArgs, response_len: int, dtype: DType, micro_batch_siz
         algorithm=AlgorithmArgs(algo="pg"),
         rollout=RolloutArgs(sampler=args.sampler, prompts_per_step=args.prompts_per_step, num_samples=args.num_samples,
                             max_new_tokens=response_len, max_prompt_length=args.prompt_len,
-                            vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization),
+                            vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_sleep=args.vllm_sleep),
         train=TrainArgs(learner=args.learner, zero_stage=args.zero_stage, micro_batch_size=micro_batch_size,
                         learning_rate=1e-6, device=args.device),
     )
@@ -194,7 +198,7 @@ def random_prompts(args: LadderArgs, vocab: int) -> list[list[int]]:
 def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> dict:
     """Build the sampler and the learner of one cell, run its steps, and return its figures."""
     from precision_oat.args import algorithm_spec
-    from precision_oat.backends.local.loop import build_learner
+    from precision_oat.backends.local.loop import build_learner, release_sampler_memory
     from precision_oat.models import Policy, resolve_device
     from precision_oat.precision.weight_sync import push_weights
     from precision_oat.rl.rollout import collate
@@ -216,7 +220,7 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     sampler = build_sampler(Policy(model, SimpleNamespace(pad_token_id=0), folder), precision, device, flags.rollout,
                             seed=0, longest_response=response_len)
     cell["sampler_reserved_gb"] = gib(free_before - device_free_bytes(device)) if cuda else None
-    allocated_before_learner = torch.cuda.memory_allocated(device) if cuda else 0
+    allocated_before_learner = 0
 
     prompts = random_prompts(args, model.config.vocab_size)
     params = SamplingParams(n=args.num_samples, max_new_tokens=response_len, stop_token_ids=())
@@ -227,9 +231,12 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
         completions = sampler.generate(prompts, dataclasses.replace(params, seed=step))
         sampled = finished(device)
         rollout = collate(completions, rewards.float().tolist(), args.num_samples, pad_token_id=0).to(device)
+        release_sampler_memory(sampler)
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         if learner is None:
+            # What the sampler keeps allocated while the learner works (little once vLLM sleeps).
+            allocated_before_learner = torch.cuda.memory_allocated(device) if cuda else 0
             learner, stats = largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device,
                                                     build_learner, algorithm_spec)
             if learner is None:
