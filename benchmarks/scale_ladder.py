@@ -212,8 +212,9 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     model = random_model(name, longest)
     flags = cell_args(args, response_len, dtype, args.micro_batch_sizes[0])
     precision = flags.precision.build()
-    cell = {"model": name, "response_length": response_len, "dtype": dtype, "params": sum(p.numel() for p in model.parameters()),
-            "fits": False, "micro_batch_size": None, "micro_batch_tried": {}}
+    cell = {"model": name, "response_length": response_len, "dtype": dtype,
+            "params": sum(p.numel() for p in model.parameters()), "device": torch.cuda.get_device_name(device) if cuda
+            else "cpu", "fits": False, "micro_batch_size": None, "micro_batch_tried": {}}
 
     folder = saved_model(args, name, model, longest) if args.sampler == "vllm" else None
     free_before = device_free_bytes(device)
@@ -334,7 +335,10 @@ def cell_in_child(args: LadderArgs, name: str, response_len: int, dtype: DType, 
 
 
 def run_isolated(args: LadderArgs, name: str, response_len: int, dtype: DType, timeout_s: float) -> dict:
-    """One cell in a fresh process (spawned: CUDA and vLLM start clean), killed after ``timeout_s``."""
+    """One cell in a fresh process (spawned: CUDA and vLLM start clean), killed after ``timeout_s``.
+
+    The parent never touches CUDA, so each cell has the whole device.
+    """
     if args.in_process:
         return run_cell(args, name, response_len, dtype)
     with tempfile.TemporaryDirectory() as tmp:
@@ -360,7 +364,7 @@ def main(args: LadderArgs) -> dict:
     output = args.output or Path("benchmarks/results/scale_ladder.json")
     start = time.monotonic()
     result = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
-              "environment": environment(args), "cells": [], "ratio_cells": []}
+              "torch": torch.__version__, "cells": [], "ratio_cells": []}
 
     def remaining() -> float:
         return math.inf if args.time_limit_s is None else args.time_limit_s - (time.monotonic() - start)
@@ -411,11 +415,6 @@ def describe(cell: dict) -> str:
     return (f"{head} micro-batch {cell['micro_batch_size']}{memory}, sampler {cell['sampler_tokens_per_s']:,.0f} tok/s, "
             f"learner {cell['learner_tokens_per_s']:,.0f} tok/s, MFU {cell['mfu']:.1%}, step {cell['step_time_s']:.2f} s "
             f"({split})")
-
-
-def environment(args: LadderArgs) -> dict:
-    cuda = torch.cuda.is_available() and args.device != "cpu"
-    return {"torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else None}
 
 
 def write(path: Path, result: dict) -> None:
