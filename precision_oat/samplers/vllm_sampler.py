@@ -60,6 +60,7 @@ from typing import Iterable, Iterator, Optional
 
 import torch
 
+from precision_oat.errors import UserError
 from precision_oat.samplers.sampler import Completion, SamplingParams
 
 INSTALL_HINT = (
@@ -165,6 +166,9 @@ class VLLMSampler:
         except torch.cuda.OutOfMemoryError:
             raise  # the caller names the flags that free memory
         except Exception as e:
+            shortfall = memory_shortfall(e)
+            if shortfall is not None:
+                raise UserError(f"vLLM cannot start in the memory it was given: {shortfall}") from e
             raise ValueError(f"vLLM could not load the model at {self.model_path!r} as {dtype}: {e}") from e
         _LIVE_ENGINES.append(self._llm)
         # The CPU copy (departure 8); None once a direct push has made it stale.
@@ -265,6 +269,18 @@ def _with_tied_head(push: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[
         yield name, tensor
         if name.endswith("embed_tokens.weight"):
             yield "lm_head.weight", tensor
+
+
+def memory_shortfall(error: Exception) -> Optional[str]:
+    """What to change when vLLM refused to start for lack of memory (its own checks), else None."""
+    message = str(error)
+    if "less than desired GPU memory utilization" in message:
+        return ("the GPU has less free memory than --vllm-gpu-memory-utilization asks for; lower it, or free the GPU "
+                "of other processes")
+    if "KV cache" in message or "No available memory for the cache blocks" in message:
+        return ("its KV cache cannot hold one sequence of --max-prompt-length + --max-new-tokens tokens; raise "
+                "--vllm-gpu-memory-utilization (on CPU --vllm-cpu-kv-cache-gb), or lower --max-new-tokens")
+    return None
 
 
 def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
