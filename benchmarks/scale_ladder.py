@@ -72,6 +72,8 @@ SHAPES = {
                            intermediate_size=64, vocab_size=64, tie_word_embeddings=True)),
 }
 TIME_PARTS = ("sample", "score", "update", "sync", "other")
+# Positions every shape is built with (Qwen2.5's own); a cell's prompt + response must fit.
+MAX_POSITIONS = 32768
 
 
 @dataclass
@@ -142,21 +144,21 @@ def smoke_settings(args: LadderArgs) -> LadderArgs:
 # --- one cell ---
 
 
-def build_config(name: str, longest: int):
-    """The transformers config of shape ``name`` with room for ``longest`` positions."""
+def build_config(name: str):
+    """The transformers config of shape ``name``, with room for the longest prompt + response of any cell."""
     from transformers import LlamaConfig, Qwen2Config
 
     family, shape = SHAPES[name]
     config_class = {"llama": LlamaConfig, "qwen2": Qwen2Config}[family]
-    return config_class(**shape, max_position_embeddings=max(longest, 2048), pad_token_id=0, eos_token_id=1)
+    return config_class(**shape, max_position_embeddings=MAX_POSITIONS, pad_token_id=0, eos_token_id=1)
 
 
-def random_model(name: str, longest: int):
+def random_model(name: str):
     """Random fp32 weights of shape ``name`` (seed 0), on the CPU."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(build_config(name, longest)).float().eval()
+    return AutoModelForCausalLM.from_config(build_config(name)).float().eval()
 
 
 def matmul_params(model) -> int:
@@ -209,14 +211,14 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     device = resolve_device(args.device)
     cuda = device.type == "cuda"
     longest = args.prompt_len + response_len
-    model = random_model(name, longest)
+    model = random_model(name)
     flags = cell_args(args, response_len, dtype, args.micro_batch_sizes[0])
     precision = flags.precision.build()
     cell = {"model": name, "response_length": response_len, "dtype": dtype,
             "params": sum(p.numel() for p in model.parameters()), "device": torch.cuda.get_device_name(device) if cuda
             else "cpu", "fits": False, "micro_batch_size": None, "micro_batch_tried": {}}
 
-    folder = saved_model(args, name, model, longest) if args.sampler == "vllm" else None
+    folder = saved_model(args, name, model) if args.sampler == "vllm" else None
     free_before = device_free_bytes(device)
     sampler = build_sampler(Policy(model, SimpleNamespace(pad_token_id=0), folder), precision, device, flags.rollout,
                             seed=0, longest_response=response_len)
@@ -274,21 +276,31 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
 
 def largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device, build_learner,
                            algorithm_spec):
-    """The first step's update with the largest micro-batch that fits; (learner, stats), or (None, None)."""
+    """The first step's update with the largest micro-batch that fits; (learner, stats), or (None, None).
+
+    One learner throughout: after an out-of-memory its partial gradients are dropped and the
+    next size is tried (building a DeepSpeed engine again would cost time, and memory it may not give back).
+    """
     from precision_oat.errors import UserError
 
+    flags = cell_args(args, response_len, dtype, args.micro_batch_sizes[0])
+    try:
+        learner = build_learner(flags, copy.deepcopy(model), precision, algorithm_spec(flags), device)
+    except UserError as e:
+        if not isinstance(e.__cause__, torch.cuda.OutOfMemoryError):
+            raise
+        cell["error"] = str(e)
+        return None, None
     for size in args.micro_batch_sizes:
-        flags = cell_args(args, response_len, dtype, size)
-        learner = None
+        learner.settings = dataclasses.replace(learner.settings, micro_batch_size=size)
         try:
-            learner = build_learner(flags, copy.deepcopy(model), precision, algorithm_spec(flags), device)
             stats = learner.update(rollout, 0)
         except UserError as e:
             if not isinstance(e.__cause__, torch.cuda.OutOfMemoryError):
                 raise
             cell["micro_batch_tried"][size] = "out of memory"
             cell["error"] = str(e)
-            del learner
+            discard_gradients(learner)
             free_device_memory(device)
             continue
         cell["micro_batch_tried"][size] = "fits"
@@ -298,12 +310,27 @@ def largest_fitting_update(args, cell, model, precision, response_len, dtype, ro
     return None, None
 
 
-def saved_model(args: LadderArgs, name: str, model, longest: int) -> Path:
-    """The random model saved once as an HF folder (vLLM loads a folder), reused by later cells."""
+def discard_gradients(learner) -> None:
+    """Drop what a failed update accumulated (in the model, in DeepSpeed's optimiser, in the built-in masters)."""
+    learner.model.zero_grad(set_to_none=True)
+    engine = getattr(learner, "engine", None)
+    if engine is not None and engine.optimizer is not None:
+        engine.optimizer.zero_grad(set_to_none=True)
+    weights = getattr(learner, "weights", None)
+    if weights is not None:
+        weights.zero_grad()
+
+
+def saved_model(args: LadderArgs, name: str, model) -> Path:
+    """The random model saved once per shape as an HF folder (vLLM loads a folder), reused by later cells.
+
+    Saved in bf16 to halve the disk (the 3B shape: 6 GB): the sampler's start-up weights only,
+    since the first weight sync replaces every one of them with the learner's.
+    """
     root = args.model_cache or Path(tempfile.gettempdir()) / "precision-oat-scale-ladder"
-    folder = root / f"{name}-{longest}"
+    folder = root / name
     if not (folder / "config.json").is_file():
-        model.save_pretrained(folder)
+        model.save_pretrained(folder, state_dict={k: v.to(torch.bfloat16) for k, v in model.state_dict().items()})
     return folder
 
 
