@@ -277,7 +277,7 @@ def memory_shortfall(error: Exception) -> Optional[str]:
     if "less than desired GPU memory utilization" in message:
         return ("the GPU has less free memory than --vllm-gpu-memory-utilization asks for; lower it, or free the GPU "
                 "of other processes")
-    if "KV cache" in message or "No available memory for the cache blocks" in message:
+    if "than the available KV cache memory" in message or "No available memory for the cache blocks" in message:
         return ("its KV cache cannot hold one sequence of --max-prompt-length + --max-new-tokens tokens; raise "
                 "--vllm-gpu-memory-utilization (on CPU --vllm-cpu-kv-cache-gb), or lower --max-new-tokens")
     return None
