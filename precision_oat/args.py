@@ -470,6 +470,9 @@ class Args(Checked):
             raise UserError("--resume needs --output-dir, the folder of the run to continue")
         if self.log.resume and self.backend == "oat":
             raise UserError("--resume works with --backend local only; Oat's runs start afresh")
+        if self.backend == "oat" and t.micro_batch_tokens is not None:
+            reject("micro_batch_tokens", t.micro_batch_tokens, "works with --backend local only; Oat cuts its "
+                   "micro-batches by --micro-batch-size")
         if self.backend == "oat":
             self.precision.build().deepspeed_config()  # what DeepSpeed's scaler and master weights cannot do
         _check_sampler_precision(self)
