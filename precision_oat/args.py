@@ -263,6 +263,8 @@ class RolloutArgs(Checked):
     vllm_prefix_caching: bool = False
     # vLLM: no CUDA graphs (starts faster).
     vllm_enforce_eager: bool = True
+    # vLLM on CUDA: release its KV cache and weights while the learner updates (sleep mode); ignored on CPU.
+    vllm_sleep: bool = True
 
     def check(self) -> None:
         super().check()
@@ -294,6 +296,8 @@ class TrainArgs(Checked):
     train_batch_size: Optional[int] = None
     # Responses per forward/backward (gradient accumulation inside an optimiser step).
     micro_batch_size: int = 64
+    # Most padded tokens (rows × longest row) per forward/backward, rows packed by length; None: --micro-batch-size alone.
+    micro_batch_tokens: Optional[int] = None
     # Passes over each rollout.
     num_epochs: int = 1
     # Random seed (sampling, shuffling, model init).
@@ -325,6 +329,7 @@ class TrainArgs(Checked):
         checks.number(self, "max_grad_norm", gt=0, why="leave it unset to disable clipping")
         checks.integer(self, "train_batch_size", 1, why="leave it unset to use the whole rollout")
         checks.integer(self, "micro_batch_size", 1)
+        checks.integer(self, "micro_batch_tokens", 1, why="leave it unset to cut by --micro-batch-size alone")
         checks.integer(self, "num_epochs", 1)
         checks.integer(self, "logprob_chunk_size", 1)
         checks.integer(self, "seed", 0, 2**32 - 1)
@@ -479,6 +484,9 @@ class Args(Checked):
             if getattr(self.train, name) is not None and self.backend == "oat":
                 raise UserError(f"{checks.flag(name)} works with --backend local; with Oat, hand your classes to "
                                 "oat.interface.get_program (docs/extending.md)")
+        if self.backend == "oat" and t.micro_batch_tokens is not None:
+            reject("micro_batch_tokens", t.micro_batch_tokens, "works with --backend local only; Oat cuts its "
+                   "micro-batches by --micro-batch-size")
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")

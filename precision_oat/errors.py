@@ -8,6 +8,9 @@ keeps its traceback.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 
 class UserError(ValueError):
     """Bad input: the message names the input, the value and what to do instead."""
@@ -15,3 +18,26 @@ class UserError(ValueError):
 
 class NonFiniteWeights(UserError):
     """An optimiser step left a weight inf or NaN; the run stops before it can be checkpointed."""
+
+
+# The flags that trade memory for speed, named by every out-of-memory message.
+LEARNER_MEMORY_FLAGS = ("lower --micro-batch-size or set --micro-batch-tokens, add --gradient-checkpointing, "
+                        "lower --max-new-tokens, or leave the learner more room with a lower "
+                        "--vllm-gpu-memory-utilization")
+SAMPLER_MEMORY_FLAGS = ("lower --vllm-gpu-memory-utilization (or --max-new-tokens, which sizes its context), "
+                        "or free the GPU of other processes")
+
+
+@contextmanager
+def out_of_memory_explained(where: str, fixes: str) -> Iterator[None]:
+    """Turn a CUDA out-of-memory error inside the block into one :class:`UserError` line naming the flags to lower.
+
+    The original error stays attached as the cause (``raise … from``), with its allocator report.
+    """
+    import torch
+
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        first_line = (str(e).splitlines() or [""])[0]
+        raise UserError(f"out of GPU memory in {where} ({first_line.split('. Including')[0]}): {fixes}") from e

@@ -68,6 +68,8 @@ BAD_INPUTS: list[Bad] = [
     bad("--adam-betas", "0.9", "1.0"),
     bad("--max-grad-norm", "0"),
     bad("--train-batch-size", "0"),
+    bad("--micro-batch-tokens", "0"),
+    bad("--backend", "oat", "--micro-batch-tokens", "8192", flag="--micro-batch-tokens"),
     bad("--train-batch-size", "10000", cli=True),  # more than the 32 × 8 responses of a step
     bad("--micro-batch-size", "0"),
     bad("--num-epochs", "0"),

@@ -6,9 +6,10 @@ to fp32 under ``--lm-head-dtype fp32``). A sampler that skipped a tensor, cast t
 or copied into the wrong slot would otherwise go unnoticed: its μ would simply drift from
 the trainer's π, and the drift would be read as precision mismatch. :func:`push_weights`
 streams the weights into the sampler and compares, bit for bit, every tensor the sampler
-exposes through ``weights_for_check()``: all of them on the built-in sampler; on vLLM a few
-tensors of the CPU copy it pushes into the engine (a check of our cast and bookkeeping, not
-of vLLM's own reload). A sampler that can check none returns an empty dict.
+exposes through ``weights_for_check()``: all of them on the built-in sampler; on vLLM a few of
+the tensors it pushed into the engine, compared where they are (on the GPU under CUDA; a check
+of our cast and bookkeeping, not of vLLM's own reload). A sampler that can check none returns
+an empty dict.
 
 Streaming: the export is read once, one tensor at a time (exporting can gather each weight
 across processes, in fp32), and each tensor is checked as soon as the sampler has taken it

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from precision_oat.rl.microbatch import chunks
+from precision_oat.rl.microbatch import micro_batches
 from precision_oat.rl.truncation import Truncation, kept_set_logprobs
 
 
@@ -129,14 +129,19 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 @torch.no_grad()
 def score(forward, input_ids: torch.Tensor, attention_mask: torch.Tensor, micro_batch_size: int,
-          truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+          truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
+          micro_batch_tokens: Optional[int] = None) -> torch.Tensor:
     """``forward(ids, mask, truncation=, response_mask=) -> [b, l-1]`` over micro-batches of rows,
     assembled into [B, L-1] (0 past each row's end and wherever ``response_mask`` is 0).
+
+    With ``micro_batch_tokens`` the rows are packed by length so that no micro-batch pads to
+    more tokens than that (:func:`~precision_oat.rl.microbatch.micro_batches`).
 
     ``forward`` is e.g. ``functools.partial(token_logprobs, model, temperature=T)``.
     """
     out = torch.zeros(input_ids.shape[0], input_ids.shape[1] - 1, device=input_ids.device)
-    for index in chunks(torch.arange(input_ids.shape[0], device=input_ids.device), micro_batch_size):
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+    for index in micro_batches(rows, micro_batch_size, attention_mask.sum(-1), micro_batch_tokens):
         ids, mask = trim(input_ids[index], attention_mask[index])
         width = ids.shape[1] - 1
         part = None if truncation is None else truncation.select(index, width)

@@ -9,7 +9,8 @@ an optimiser step, and what its loss scaler reports. One call of :meth:`RLStep.u
 2. the precision gap log π_old − log μ (``mismatch/…``);
 3. advantages from the rewards of each group of G samples;
 4. ``num_epochs`` passes over a seeded shuffle, in mini-batches of ``train_batch_size``
-   responses, each a sum of micro-batch losses from ``policy_loss`` with the whole
+   responses, each a sum of micro-batch losses (``micro_batch_size`` rows, or packed under
+   ``micro_batch_tokens``) from ``policy_loss`` with the whole
    mini-batch's denominators (:mod:`~precision_oat.rl.update_plan`), then one optimiser step;
 5. the ratio decomposition log(π_θ/μ) = log(π_θ/π_old) + log(π_old/μ) and, on the first
    mini-batch (before any step, where π_θ = π_old in exact arithmetic), the trainer's
@@ -32,7 +33,7 @@ import torch
 
 from precision_oat.algorithms import PolicyLoss
 from precision_oat.distributed.world import SINGLE, World
-from precision_oat.errors import NonFiniteWeights
+from precision_oat.errors import LEARNER_MEMORY_FLAGS, NonFiniteWeights, out_of_memory_explained
 from precision_oat.rl.microbatch import mean_stats
 from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
 from precision_oat.rl.rollout import Rollout
@@ -61,6 +62,8 @@ class UpdateSettings:
     world: World = SINGLE
     # Response positions per chunk of the trainer's fp32 log-softmax (:mod:`~precision_oat.rl.scoring`).
     logprob_chunk_size: int = DEFAULT_CHUNK_SIZE
+    # Most padded tokens (rows × longest row) per forward/backward; None cuts by ``micro_batch_size`` alone.
+    micro_batch_tokens: Optional[int] = None
 
 
 class RLStep(PolicyLoss):
@@ -107,13 +110,21 @@ class RLStep(PolicyLoss):
         self.set_train(False)
         try:
             mine = score(self.forward_logprobs, rollout.input_ids[rows], rollout.attention_mask[rows],
-                         self.settings.micro_batch_size, truncation, rollout.response_mask[rows])
+                         self.settings.micro_batch_size, truncation, rollout.response_mask[rows],
+                         self.settings.micro_batch_tokens)
         finally:
             self.set_train(True)
         return world.gather_rows(mine)
 
     def update(self, rollout: Rollout, step: int) -> "Update":
-        """One RL update on ``rollout`` (already on the trainer's device); return its statistics."""
+        """One RL update on ``rollout`` (already on the trainer's device); return its statistics and π_old.
+
+        Running out of GPU memory is one :class:`~precision_oat.errors.UserError` line naming the flags to lower.
+        """
+        with out_of_memory_explained("the learner's forward/backward", LEARNER_MEMORY_FLAGS):
+            return self._update(rollout, step)
+
+    def _update(self, rollout: Rollout, step: int) -> "Update":
         start = time.perf_counter()
         s = self.settings
         world = s.world
@@ -124,7 +135,8 @@ class RLStep(PolicyLoss):
         advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
 
         generator = torch.Generator().manual_seed(derive_seed(s.seed, SHUFFLE, step))
-        plan = update_plan(rollout.num_sequences, s.train_batch_size, s.micro_batch_size, s.num_epochs, generator, world)
+        plan = update_plan(rollout.num_sequences, s.train_batch_size, s.micro_batch_size, s.num_epochs, generator, world,
+                           rollout.attention_mask.sum(-1).cpu(), s.micro_batch_tokens)
         losses, norms, loss_stats, ratio_stats = [], [], [], []
         skipped = 0
         first = {}

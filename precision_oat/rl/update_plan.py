@@ -2,7 +2,8 @@
 
 A rollout of N responses is passed over ``num_epochs`` times, each time in a fresh seeded
 order, cut into mini-batches of ``train_batch_size`` responses (one optimiser step each),
-each cut into micro-batches of ``micro_batch_size`` (one forward/backward each). Every
+each cut into micro-batches of ``micro_batch_size`` (one forward/backward each), or packed by
+length under a token budget (``micro_batch_tokens``; :func:`~precision_oat.rl.microbatch.micro_batches`). Every
 micro-batch's loss uses its *mini-batch's* sequence and token counts as denominators, so the
 micro-batch losses sum to the loss of the whole mini-batch: accumulation 1×8 equals 8×1.
 """
@@ -16,7 +17,7 @@ import torch
 
 from precision_oat.algorithms import PolicyBatch
 from precision_oat.distributed.world import SINGLE, World
-from precision_oat.rl.microbatch import chunks
+from precision_oat.rl.microbatch import chunks, micro_batches
 from precision_oat.rl.rollout import Rollout
 
 
@@ -29,8 +30,12 @@ class MiniBatch:
 
 
 def update_plan(num_sequences: int, train_batch_size: Optional[int], micro_batch_size: int, num_epochs: int,
-                generator: torch.Generator, world: World = SINGLE) -> list[MiniBatch]:
+                generator: torch.Generator, world: World = SINGLE, lengths: Optional[torch.Tensor] = None,
+                micro_batch_tokens: Optional[int] = None) -> list[MiniBatch]:
     """Mini-batches of every epoch, in order (one fresh permutation per epoch).
+
+    With ``micro_batch_tokens`` each mini-batch's rows are packed by their ``lengths`` (tokens
+    of each sequence, [N]) so that no micro-batch pads to more than that many tokens.
 
     With several processes the plan is the one-process plan; a rank's micro-batches cover only
     its share of each mini-batch (``index`` stays the whole mini-batch, for the denominators).
@@ -40,7 +45,8 @@ def update_plan(num_sequences: int, train_batch_size: Optional[int], micro_batch
     for _ in range(num_epochs):
         order = torch.randperm(num_sequences, generator=generator)
         for mini in chunks(order, batch_size):
-            plan.append(MiniBatch(mini, list(chunks(mini[world.rows(len(mini))], micro_batch_size))))
+            mine = mini[world.rows(len(mini))]
+            plan.append(MiniBatch(mini, list(micro_batches(mine, micro_batch_size, lengths, micro_batch_tokens))))
     return plan
 
 

@@ -99,6 +99,9 @@ class KVCacheSampler:
             # Each weight in its own dtype: the sampler dtype, fp32 for an fp32 lm_head.
             self._params[name].copy_(tensor.to(device=self.device, dtype=self._params[name].dtype))
 
+    def sleep(self) -> None:
+        """Nothing to free: the decoder's weights are its own and its KV cache lives per call."""
+
     def weights_for_check(self) -> dict[str, torch.Tensor]:
         """Every weight the sampler generates with, by HF name (checked against the masters after a sync)."""
         return self._params

@@ -59,6 +59,11 @@ class Sampler(Protocol):
         """Replace the sampler's weights with these (HF parameter names, any dtype), read once, in order."""
         ...
 
+    def sleep(self) -> None:
+        """Free what the sampler can while the learner updates (a co-located vLLM's GPU memory); the
+        next ``load_weights`` wakes it. A no-op where there is nothing to free."""
+        ...
+
     def weights_for_check(self) -> dict[str, torch.Tensor]:
         """HF name → the tensor the sampler computes with, for the tensors whose weight sync can be
         checked bit for bit (:mod:`~precision_oat.precision.weight_sync`); empty when none can."""

@@ -32,14 +32,22 @@ Departures from vLLM's defaults:
     7. Engines are kept alive until the process exits. In-process engines share vLLM's
        process-wide parallel state, and shutting one down (which garbage collection would
        do) tears that state down under every other engine of the process.
-    8. The sampler keeps a CPU copy of its weights (HF names, sampler dtype) and pushes all
-       of them on every :meth:`~VLLMSampler.load_weights`: vLLM's in-place reload rebuilds
-       whole fused layers (q/k/v and their biases, gate/up), so a partial update (LoRA's
-       merged projections) would leave the missing shards undefined.
-    9. One request per sample (``n=1``), each with its row's seed (:func:`request_params`),
-       not one request with ``n`` samples; with ``enable_prefix_caching`` the G requests of
-       a prompt share its prefill.
-    10. vLLM's warnings that say nothing about this sampler (listed in :data:`HARMLESS_VLLM_WARNINGS`)
+    8. Every :meth:`~VLLMSampler.load_weights` pushes every weight: vLLM's in-place reload
+       rebuilds whole fused layers (q/k/v and their biases, gate/up), so a partial update
+       (LoRA's merged projections) would leave the missing shards undefined. On CUDA, for a
+       learner that exports every weight, the push goes straight from the learner's tensors,
+       cast on the device one at a time as vLLM reads them (no host copy); otherwise the sampler
+       keeps a CPU copy of its weights (HF names, sampler dtype), casts the pushed ones into it
+       as they arrive and pushes it all.
+    9. Sleep mode (``sleep=True``, CUDA only; vLLM ignores it on CPU): :meth:`~VLLMSampler.sleep`
+       releases the KV cache and the weights (level 2) while the learner updates, and the
+       next :meth:`~VLLMSampler.load_weights` wakes the weights, loads them, then wakes the KV
+       cache. Level 2 rather than 1: the weights are replaced after every update anyway, so
+       offloading them to the host (level 1) would copy them twice for nothing.
+    10. One request per sample (``n=1``), each with its row's seed (:func:`request_params`),
+        not one request with ``n`` samples; with ``enable_prefix_caching`` the G requests of
+        a prompt share its prefill.
+    11. vLLM's warnings that say nothing about this sampler (listed in :data:`HARMLESS_VLLM_WARNINGS`)
         are dropped by a filter on the exact logger and message; every other vLLM message is
         kept (docs/vllm.md lists what a CPU run still prints).
 """
@@ -57,11 +65,12 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 
 from precision_oat.quiet import quiet_save
+from precision_oat.errors import UserError
 from precision_oat.samplers.sampler import Completion, SamplingParams
 from precision_oat.seeds import row_seed
 
@@ -73,7 +82,7 @@ INSTALL_HINT = (
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
-# Departure 9: logger → starts of its messages that are dropped.
+# Departure 11: logger → starts of its messages that are dropped.
 HARMLESS_VLLM_WARNINGS = {
     # skip_tokenizer_init (departure 5): the chat-template warm-up fails with a traceback, and
     # there is no EOS id (only stop_token_ids end a response, departure 4).
@@ -133,6 +142,10 @@ class VLLMSampler:
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the G samples of a
             prompt); reset after every weight load.
         enforce_eager: skip CUDA-graph capture and compilation (faster start, slower decode).
+        sleep: build the engine with sleep mode, so that :meth:`sleep` frees its GPU memory
+            (departure 9); ignored, with a note, where the engine is not on CUDA.
+        direct_push: push every weight straight from the caller's tensors (departure 8); None
+            does so on CUDA only. False for a learner that exports part of the model (LoRA).
     """
 
     def __init__(
@@ -146,6 +159,8 @@ class VLLMSampler:
         cpu_kv_cache_gb: float = 1.0,
         enable_prefix_caching: bool = False,
         enforce_eager: bool = True,
+        sleep: bool = False,
+        direct_push: Optional[bool] = None,
     ):
         if dtype not in _DTYPES:
             raise ValueError(f"VLLMSampler dtype must be float16, bfloat16 or float32, got {dtype!r}")
@@ -168,6 +183,14 @@ class VLLMSampler:
         if current_platform.is_cpu():
             engine_kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * 2**30)
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        on_cuda = current_platform.is_cuda_alike()
+        if sleep and not on_cuda:
+            print("note: vLLM's sleep mode needs CUDA; the sampler keeps its memory while the learner updates",
+                  flush=True)
+        self._sleep_mode = sleep and on_cuda
+        self._asleep = False
+        self._direct_push = on_cuda if direct_push is None else direct_push
+        self._device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
         try:
             with _process_state_kept():
                 self._llm = vllm.LLM(
@@ -182,6 +205,7 @@ class VLLMSampler:
                     generation_config="vllm",
                     skip_tokenizer_init=True,
                     use_tqdm_on_load=False,
+                    enable_sleep_mode=self._sleep_mode,
                     **engine_kwargs,
                 )
                 # One token now: some models fail only in their first forward (e.g. a head
@@ -189,10 +213,20 @@ class VLLMSampler:
                 self._llm.generate(
                     [TokensPrompt(prompt_token_ids=[0])], vllm.SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False
                 )
+        except torch.cuda.OutOfMemoryError:
+            raise  # the caller names the flags that free memory
         except Exception as e:
+            shortfall = memory_shortfall(e)
+            if shortfall is not None:
+                raise UserError(f"vLLM cannot start in the memory it was given: {shortfall}") from e
             raise ValueError(f"vLLM could not load the model at {self.model_path!r} as {dtype}: {e}") from e
         _LIVE_ENGINES.append(self._llm)
-        self._weights = _read_checkpoint(folder, _DTYPES[dtype])
+        # The CPU copy (departure 8); None once a direct push has made it stale.
+        self._weights: Optional[dict[str, torch.Tensor]] = _read_checkpoint(folder, _DTYPES[dtype])
+        self._names = list(self._weights)
+        # About four tensors spread through the model, compared by the weight sync's check.
+        self._checked_names = set(self._names[:: max(1, len(self._names) // 4)])
+        self._checked = {n: self._weights[n] for n in self._checked_names}
         text_config = self._llm.llm_engine.model_config.hf_config.get_text_config()
         self._tied_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
 
@@ -206,6 +240,8 @@ class VLLMSampler:
         import vllm
         from vllm.inputs import TokensPrompt
 
+        if self._asleep:
+            raise RuntimeError("vLLM sampler: generate() while asleep; load_weights() wakes it with the new weights")
         seed = params.seed if params.seed is not None else self._seeds.randrange(2**31)
         requests = request_params(vllm, dataclasses.replace(params, seed=seed), len(prompts))
         rows = [p for p in prompts for _ in range(params.n)]
@@ -213,33 +249,91 @@ class VLLMSampler:
             outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in rows], requests, use_tqdm=False)
         return completions_from(rows, outputs, params)
 
+    def sleep(self) -> None:
+        """Release the KV cache and the weights until the next :meth:`load_weights` (sleep mode only; departure 9)."""
+        if self._sleep_mode and not self._asleep:
+            self._llm.sleep(level=2)
+            self._asleep = True
+
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace these HF-named weights (any dtype, any subset), then drop cached prefixes.
+        """Replace these HF-named weights (any dtype), then drop cached prefixes.
 
-        The tensors are cast into the sampler's CPU copy, and the whole copy goes through
-        the worker's in-place ``reload_weights`` (departure 8): the model's ``load_weights``
-        maps HF names onto its fused layers and each layer is re-processed into its kernel
-        layout (on CPU, linear weights are repacked). An unknown name raises.
+        Every weight goes through the worker's in-place ``reload_weights`` (departure 8): the
+        model's ``load_weights`` maps HF names onto its fused layers and each layer is
+        re-processed into its kernel layout (on CPU, linear weights are repacked). ``weights``
+        is read once, each tensor taken only after the one before it is loaded: with
+        ``direct_push`` every weight goes from the given tensors to the engine, cast on its
+        device as vLLM reads them; otherwise the given ones (any subset) are cast into the CPU
+        copy as they arrive, and all of it is pushed. An unknown name raises.
         """
-        for name, tensor in weights:
-            if name == "lm_head.weight" and self._tied_embeddings and name not in self._weights:
-                continue  # a state_dict's alias of the tied input embedding
-            if name not in self._weights:
-                raise KeyError(f"vLLM sampler: {self.model_path!r} has no weight named {name!r}")
-            self._weights[name].copy_(tensor.detach())
-        push = list(self._weights.items())
-        if self._tied_embeddings and "lm_head.weight" not in self._weights:
+        named = self._known(weights)
+        push = self._cast_on_device(named) if self._direct_push else self._through_cpu_copy(named)
+        if self._tied_embeddings and "lm_head.weight" not in self._names:
             # HF stores a tied matrix once, as the input embedding; vLLM's lm_head aliases it,
             # and a reload that gave lm_head nothing would restore the old matrix over it.
-            push += [("lm_head.weight", t) for n, t in push if n.endswith("embed_tokens.weight")]
-        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(push), "is_checkpoint_format": True})
+            push = _with_tied_head(push)
+        if self._asleep:
+            self._llm.wake_up(tags=["weights"])
+        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
+        if self._asleep:
+            self._llm.wake_up(tags=["kv_cache"])
+            self._asleep = False
         self._llm.reset_prefix_cache()
 
+    def _known(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in weights:
+            if name == "lm_head.weight" and self._tied_embeddings and name not in self._names:
+                continue  # a state_dict's alias of the tied input embedding
+            if name not in self._names:
+                raise KeyError(f"vLLM sampler: {self.model_path!r} has no weight named {name!r}")
+            yield name, tensor
+
+    def _cast_on_device(self, named: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, tensor cast to the sampler dtype on the engine's device), one at a time as vLLM reads them."""
+        self._weights = None  # stale from the first direct push on; dropping it frees host memory
+        pushed = 0
+        for name, tensor in named:
+            cast = tensor.detach().to(device=self._device, dtype=_DTYPES[self.dtype])
+            if name in self._checked_names:
+                self._checked[name] = cast  # in place: the weight sync's check holds this dict
+            pushed += 1
+            yield name, cast
+        if pushed != len(self._names):
+            # A reload of part of a fused layer leaves the rest of it undefined (departure 8).
+            raise RuntimeError(f"vLLM sampler: a direct push of {pushed} of {len(self._names)} weights; a learner "
+                               "that exports part of the model (LoRA) needs direct_push=False")
+
+    def _through_cpu_copy(self, named: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """The given tensors cast into the CPU copy as they arrive, then every tensor of the copy."""
+        for name, tensor in named:
+            self._weights[name].copy_(tensor.detach())
+        yield from list(self._weights.items())
+
     def weights_for_check(self) -> dict[str, torch.Tensor]:
-        """About four tensors spread through the CPU copy just pushed (a cheap check of the cast, not of vLLM's reload)."""
-        names = list(self._weights)
-        return {n: self._weights[n] for n in names[:: max(1, len(names) // 4)]}
+        """About four of the tensors pushed, spread through the model (a cheap check of the cast, not of
+        vLLM's reload), on the device they were pushed from; updated in place by every push."""
+        return self._checked
+
+
+def _with_tied_head(push: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``push``, with the input embedding given again as ``lm_head.weight``."""
+    for name, tensor in push:
+        yield name, tensor
+        if name.endswith("embed_tokens.weight"):
+            yield "lm_head.weight", tensor
+
+
+def memory_shortfall(error: Exception) -> Optional[str]:
+    """What to change when vLLM refused to start for lack of memory (its own checks), else None."""
+    message = str(error)
+    if "less than desired GPU memory utilization" in message:
+        return ("the GPU has less free memory than --vllm-gpu-memory-utilization asks for; lower it, or free the GPU "
+                "of other processes")
+    if "than the available KV cache memory" in message or "No available memory for the cache blocks" in message:
+        return ("its KV cache cannot hold one sequence of --max-prompt-length + --max-new-tokens tokens; raise "
+                "--vllm-gpu-memory-utilization (on CPU --vllm-cpu-kv-cache-gb), or lower --max-new-tokens")
+    return None
 
 
 def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
@@ -281,7 +375,8 @@ def completions_from(prompts: list[list[int]], outputs, params: SamplingParams) 
     return completions
 
 
-def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Path], longest_response: int) -> VLLMSampler:
+def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Path], longest_response: int,
+                     partial_pushes: bool = False) -> VLLMSampler:
     """The ``--sampler vllm`` sampler of a run, in ``dtype`` (``Precision.vllm_dtype()``).
 
     vLLM loads a checkpoint folder: the policy's own when it has one, else (GGUF, in-memory
@@ -308,6 +403,8 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb,
         enable_prefix_caching=rollout.vllm_prefix_caching,
         enforce_eager=rollout.vllm_enforce_eager,
+        sleep=rollout.vllm_sleep,
+        direct_push=False if partial_pushes else None,
     )
 
 

@@ -127,3 +127,50 @@ def test_the_vllm_sampler_under_torchrun_is_refused_before_writing_anything(tmp_
     with pytest.raises(UserError, match=r"^--sampler vllm: 2 processes \(WORLD_SIZE\) are not supported"):
         train(make_args(sampler="vllm", learner="deepspeed", dtype="bf16", output_dir=str(out)))
     assert not out.exists()
+
+
+OUT_OF_MEMORY = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.8 GiB"
+
+
+def raise_out_of_memory(*_, **__):
+    raise torch.cuda.OutOfMemoryError(OUT_OF_MEMORY)
+
+
+def test_out_of_memory_in_the_learner_update_names_the_flags_to_lower():
+    from precision_oat.args import algorithm_spec
+    from precision_oat.backends.local.driver import build_learner
+    from precision_oat.errors import UserError
+    from precision_oat.rl.rollout import collate
+    from precision_oat.samplers.sampler import SamplingParams
+
+    model = tiny_model()
+    completions = KVCacheSampler(model, torch.float32).generate([[3, 4, 5]], SamplingParams(n=2, max_new_tokens=4))
+    rollout = collate(completions, [0.0, 1.0], 2, pad_token_id=0)
+    args = make_args(num_samples=2)
+    learner = build_learner(args, model, args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+    # The allocator gives out in the first decoder layer's forward.
+    learner.model.model.layers[0].register_forward_hook(raise_out_of_memory)
+    with pytest.raises(UserError) as caught:
+        learner.update(rollout, step=0)
+    message = str(caught.value)
+    assert "\n" not in message and "learner's forward/backward" in message and "Tried to allocate 2.00 GiB" in message
+    for flag in ("--micro-batch-size", "--micro-batch-tokens", "--gradient-checkpointing", "--max-new-tokens",
+                 "--vllm-gpu-memory-utilization"):
+        assert flag in message
+    assert isinstance(caught.value.__cause__, torch.cuda.OutOfMemoryError)
+
+
+def test_out_of_memory_while_the_sampler_starts_names_the_flags_to_lower():
+    from precision_oat.errors import UserError
+    from precision_oat.models import Policy
+    from precision_oat.precision.policy import Precision
+    from precision_oat.samplers import build_sampler
+
+    model = tiny_model()
+    # The sampler's copy of the weights does not fit on the device.
+    model.__class__ = type("OutOfMemoryOnMove", (type(model),), {"to": raise_out_of_memory})
+    policy = Policy(model, char_tokenizer(), None)
+    with pytest.raises(UserError, match=r"out of GPU memory in the builtin sampler's start .*--vllm-gpu-memory-utilization") \
+            as caught:
+        build_sampler(policy, Precision.from_flags("fp16"), torch.device("cpu"), RolloutArgs(), seed=0)
+    assert isinstance(caught.value.__cause__, torch.cuda.OutOfMemoryError)

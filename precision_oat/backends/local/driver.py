@@ -28,7 +28,7 @@ from precision_oat.algorithms import AlgorithmSpec, compose
 from precision_oat.args import Args, algorithm_spec
 from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
 from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
-from precision_oat.errors import UserError
+from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import load_policy, resolve_device
@@ -117,7 +117,8 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
     # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
                             folder=out / "vllm_init" / (f"rank{world.rank}" if world.size > 1 else ""),
-                            longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0))
+                            longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0),
+                            partial_pushes=args.lora.lora_rank > 0)
     learner = build_learner(args, policy.model, precision, spec, device, world, learner_class)
     actor = actor_class(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
     check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
@@ -145,9 +146,11 @@ def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, 
     settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
                               num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
                               self_consistent_old_logprobs=t.self_consistent_old_logprobs, world=world,
-                              logprob_chunk_size=t.logprob_chunk_size)
+                              logprob_chunk_size=t.logprob_chunk_size, micro_batch_tokens=t.micro_batch_tokens)
     cls = learner_class or compose(spec, learner_base(t.learner))
-    return cls(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
+    with out_of_memory_explained(f"the {t.learner} learner's start (weights, masters, optimiser state)",
+                                 LEARNER_MEMORY_FLAGS):
+        return cls(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
 
 
 def learner_base(learner: str) -> type:

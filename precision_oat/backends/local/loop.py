@@ -72,6 +72,8 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
         for step in range(run.start_step, steps):
             step_start = time.perf_counter()
             batch, metrics = actor.rollout(prompts_of_step(run.examples, step, per_step, train.seed), step)
+            # A co-located vLLM frees its GPU memory for the update; the weight sync wakes it.
+            run.sampler.sleep()
             update = learner.update(batch.to(run.device), step)
             metrics.update(update.stats)
             sync_start = time.perf_counter()

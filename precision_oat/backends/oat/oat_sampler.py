@@ -33,5 +33,8 @@ class OatVLLMSampler:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         raise NotImplementedError("Oat pushes weights into vLLM itself (PPOActor.update_weight)")
 
+    def sleep(self) -> None:
+        """Oat schedules its vLLM engine itself."""
+
     def weights_for_check(self) -> dict[str, torch.Tensor]:
         return {}  # Oat's own weight sync is not ours to check

@@ -1,0 +1,88 @@
+"""benchmarks/scale_ladder.py: its CPU smoke mode end to end, the micro-batch search and the FLOPs formula."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("scale_ladder", REPO / "benchmarks" / "scale_ladder.py")
+ladder = importlib.util.module_from_spec(spec)
+# dataclasses look their module up by name.
+sys.modules[spec.name] = ladder
+spec.loader.exec_module(ladder)
+
+
+def test_smoke_mode_runs_full_steps_and_writes_every_figure(tmp_path):
+    output = tmp_path / "ladder.json"
+    ladder.main(ladder.LadderArgs(smoke=True, output=output))
+    result = json.loads(output.read_text())
+    [cell] = result["cells"]
+    assert cell["fits"] and cell["micro_batch_size"] == 4 and cell["micro_batch_tried"] == {"4": "fits"}
+    for key in ("sampler_tokens_per_s", "learner_tokens_per_s", "mfu", "step_time_s",
+                *(f"perf/time/{p}" for p in ladder.TIME_PARTS)):
+        assert cell[key] >= 0, key
+
+
+def test_fp16_over_bf16_is_the_ratio_of_median_step_times_of_cells_that_ran():
+    cells = [{"model": "m", "dtype": d, "fits": True, "step_time_s": t}
+             for d, t in (("fp16", 2.0), ("bf16", 1.0), ("fp16", 3.0), ("bf16", 4.0), ("fp16", 2.5), ("bf16", 2.0))]
+    cells.append({"model": "m", "dtype": "bf16", "fits": False})
+    cells.append({"model": "n", "dtype": "fp16", "fits": True, "step_time_s": 1.0})
+    # medians: fp16 2.5, bf16 2.0; "n" has no bf16 cell.
+    assert ladder.step_time_ratios(cells) == {"m": 1.25}
+
+
+@pytest.mark.parametrize("learner_kind", ["builtin", "deepspeed"])
+def test_micro_batch_search_moves_down_on_out_of_memory_and_drops_the_failed_gradients(learner_kind):
+    from precision_oat.args import algorithm_spec
+    from precision_oat.backends.local.driver import build_learner
+    from precision_oat.rl.rollout import collate
+    from precision_oat.samplers.kv_cache import KVCacheSampler
+    from precision_oat.samplers.sampler import SamplingParams
+
+    args = ladder.dataclasses.replace(ladder.smoke_settings(ladder.LadderArgs()), micro_batch_sizes=(4, 2),
+                                      learner=learner_kind)
+    model = ladder.random_model("tiny")
+    completions = KVCacheSampler(model, torch.float32).generate([[3, 4], [5, 6]], SamplingParams(n=4, max_new_tokens=4))
+    rollout = collate(completions, [float(i % 2) for i in range(8)], 4, pad_token_id=0)
+    precision = ladder.cell_args(args, 4, "fp32", 4).precision.build()
+
+    def build_with_small_memory(flags, *rest, **kw):
+        learner = build_learner(flags, *rest, **kw)
+        # The device runs out in the update's second 4-row forward, after the first one's backward.
+        forwards = []
+
+        def run_out(module, inputs, output):
+            if torch.is_grad_enabled() and inputs[0].shape[0] > 2:
+                forwards.append(1)
+                if len(forwards) == 2:
+                    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        learner.model.model.layers[0].register_forward_hook(run_out)
+        return learner
+
+    cell = {"micro_batch_tried": {}}
+    learner, stats = ladder.largest_fitting_update(args, cell, model, precision, 4, "fp32", rollout, torch.device("cpu"),
+                                                   build_with_small_memory, algorithm_spec)
+    assert cell["micro_batch_tried"] == {4: "out of memory", 2: "fits"} and cell["micro_batch_size"] == 2
+    assert learner.settings.micro_batch_size == 2 and "error" not in cell
+
+    # The same step by a fresh learner at 2 rows: the failed attempt left no gradient behind.
+    fresh_args = ladder.cell_args(args, 4, "fp32", 2)
+    fresh = build_learner(fresh_args, ladder.copy.deepcopy(model), precision, algorithm_spec(fresh_args),
+                          torch.device("cpu"))
+    fresh_stats = fresh.update(rollout, 0).stats
+    assert stats["loss/policy"] == fresh_stats["loss/policy"]
+    for (name, w), (_, v) in zip(learner.export_weights(), fresh.export_weights()):
+        assert torch.equal(w.cpu(), v.cpu()), name
+
+
+def test_step_flops_count_update_and_rescoring_with_the_attention_term():
+    model = ladder.random_model("tiny")
+    # tiny: tied, so N = every parameter; L = 2, h = 32; 3 sequences of 10 tokens.
+    n = sum(p.numel() for p in model.parameters())
+    expected = 3 * (8 * n * 10 + 16 * 2 * 32 * 10**2)
+    assert ladder.step_flops(model, 3, 10) == expected
