@@ -73,5 +73,5 @@ def test_a_resume_replaces_the_steps_logged_past_the_checkpoint_in_metrics_and_w
     jsonl = [(row["step"], row["x"]) for row in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines())]
     assert jsonl == [(1, 10.0), (2, 20.0), (3, 300.0), (4, 400.0), (5, 500.0)]
     assert wandb_history(tmp_path) == jsonl
-    # Both parts are the same wandb run.
-    assert len({p.name.rsplit("-", 1)[1] for p in (tmp_path / "wandb").glob("offline-run-*")}) == 1
+    # Both parts are the same wandb run: folders offline-run-<time>-<run id>[-<n> when <time> repeats].
+    assert len({p.name.split("-")[3] for p in (tmp_path / "wandb").glob("offline-run-*")}) == 1

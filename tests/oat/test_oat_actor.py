@@ -1,4 +1,4 @@
-"""``PrecisionActor`` (Oat) samples what the local backend samples: same --seed, same step, same row.
+"""``OatActor`` samples what the local backend samples: same --seed, same step, same row.
 
 Actors are built by hand with the built-in sampler on the embedded policy, as Oat's ``init``
 would build them, each at its index; the local backend's actor shares their sampler.
@@ -7,7 +7,7 @@ would build them, each at its index; the local backend's actor shares their samp
 import pytest
 
 from precision_oat.rl.actor import PrecisionActor as LocalActor
-from precision_oat.backends.oat.oat_actor import PrecisionActor
+from precision_oat.backends.oat.oat_actor import OatActor
 from precision_oat.backends.oat.prompt_rows import prompt_row
 
 # Four GPUs: two actors, two learners, two prompts each per step (the mapping only: all runs on CPU).
@@ -18,11 +18,11 @@ FLAGS = ("--dtype", "fp32", "--prompts-per-step", "4", "--num-samples", "2", "--
 def oat_actors(oat_args, count: int):
     args = oat_args(*FLAGS, cuda_devices=4)
     assert args.rollout_batch_size_per_device == 2
-    first = PrecisionActor(None, {}, args)
+    first = OatActor(None, {}, args)
     sampler = first.builtin_sampler()
     actors = []
     for actor_id in range(count):
-        actor = first if actor_id == 0 else PrecisionActor(None, {}, args)
+        actor = first if actor_id == 0 else OatActor(None, {}, args)
         actor.actor_id, actor.tokenizer = actor_id, first.tokenizer
         actor.attach(sampler)
         actors.append(actor)
