@@ -215,3 +215,19 @@ def test_the_deepspeed_refusals_are_listed_in_concepts():
             named = set(re.findall(r"--[a-z-]+[a-z]", str(e.value))) - {"--backend", "--learner"}
             missing = sorted(f for f in named if f"`{f}`" not in bullet)
             assert not missing, f"the DeepSpeed refusal of {case} names {missing}, absent from its bullet"
+
+
+def test_every_preset_command_the_pages_show_has_the_flags_its_preset_launches_with():
+    shown = 0
+    for page, text in PAGES.items():
+        for line in text.splitlines():
+            command = re.search(r"--preset (args/[\w/]+\.yaml)(.*)", line)
+            if not command:
+                continue
+            header = (ROOT / command.group(1)).read_text()
+            launch = re.search(r"^#\s+python -m precision_oat\.main --preset \S+(.*)$", header, re.M).group(1).split()
+            flags = command.group(2).split("#")[0].replace("`", " ").split()
+            missing = [f for f in launch if f not in flags]
+            assert not missing, f"{page}: `{line.strip()}` lacks {missing} (the launch line of {command.group(1)})"
+            shown += 1
+    assert shown >= 2
