@@ -1,4 +1,4 @@
-"""docs/concepts.md, docs/metrics.md and docs/runs.md stay true to the code they describe."""
+"""README.md and docs/*.md stay true to the code they describe (docs/concepts.md, metrics.md and runs.md in detail)."""
 
 from __future__ import annotations
 
