@@ -1,10 +1,11 @@
-"""docs/concepts.md, docs/metrics.md and docs/runs.md stay true to the code they describe."""
+"""README.md and docs/*.md stay true to the code they describe (docs/concepts.md, metrics.md and runs.md in detail)."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,109 @@ def test_every_flag_a_resume_may_change_is_in_runs():
     section = RUNS[RUNS.index("## Resume"):]
     missing = [flag(name) for name in sorted(SAFE_ON_RESUME) if not _documented(flag(name), section)]
     assert not missing, f"the Resume section of docs/runs.md lacks {missing}"
+
+
+# --- every page ---
+
+PAGES = {path.name: path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+# Flags of other programs that the pages quote: torchrun's and pip's.
+FOREIGN_FLAGS = {"--standalone", "--nproc-per-node", "--no-deps", "--no-build-isolation", "--python-version",
+                 "--implementation", "--platform"}
+
+
+def _flags_of(cls: type) -> set[str]:
+    """The flags tyro makes of a flat or grouped args dataclass (groups add no prefix)."""
+    names = set()
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory):
+            names |= _flags_of(f.default_factory)
+            continue
+        names.add(flag(f.name))
+        if f.type in (bool, "bool"):
+            names.add("--no-" + flag(f.name).removeprefix("--"))
+    return names
+
+
+def _our_flags() -> set[str]:
+    import importlib.util
+
+    from precision_oat.args import Args
+    from precision_oat.mismatch.lab import LabArgs
+    from precision_oat.mismatch.preflight import PreflightArgs
+
+    spec = importlib.util.spec_from_file_location("step_time", ROOT / "benchmarks" / "step_time.py")
+    step_time = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = step_time  # dataclasses look their module up there
+    spec.loader.exec_module(step_time)
+    return {"--help"}.union(*(_flags_of(cls) for cls in (Args, LabArgs, PreflightArgs, step_time.BenchArgs)))
+
+
+def test_every_flag_the_pages_name_exists():
+    ours = _our_flags()
+    assert {"--max-new-tokens", "--num-prompts", "--response-tokens", "--no-plots", "--prompt-len"} <= ours
+    # Underscored flags are the reference scripts' (docs/presets.md); a flag written with "=" is pip's or a
+    # placeholder (--name=value).
+    named = {(page, f) for page, text in PAGES.items() for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*(?![\w=-])", text)}
+    unknown = sorted((page, f) for page, f in named if f not in ours and f not in FOREIGN_FLAGS)
+    assert not unknown, f"flags that no command of ours has: {unknown}"
+
+
+def test_every_eval_key_the_pages_name_is_logged():
+    from precision_oat.tasks.evaluation import summarize
+
+    logged = summarize({"addition": [[(True, 3), (False, 5)]], "counting": [[(True, 2), (True, 4)]]})
+    placeholders = {"<benchmark>": "[^/]+", "<n>": r"\d+", "<k>": r"\d+", "<metric>": ".+"}
+    for page, text in PAGES.items():
+        if page == "results.md":  # quotes finished runs by their own benchmarks
+            continue
+        for key in set(re.findall(r"`(eval/[^`\s]+)`", text)):
+            pattern = re.escape(key)
+            for name, regex in placeholders.items():
+                pattern = pattern.replace(re.escape(name), regex)
+            assert any(re.fullmatch(pattern, k) for k in logged), f"{page} names `{key}`, which no evaluation logs"
+
+
+def test_the_checkpoint_folder_in_runs_is_the_one_the_code_writes():
+    from precision_oat.runs.checkpoint import STEP_FOLDER
+
+    names = re.findall(r"`checkpoints/([^/`]+)/`", RUNS)
+    assert names, "docs/runs.md names no checkpoint folder"
+    for name in names:
+        step = STEP_FOLDER.match(name)
+        assert step, f"docs/runs.md: checkpoints/{name}/ is not a step folder"
+        # save_checkpoint names the folder of step s f"step_{s:06d}".
+        assert name == f"step_{int(step.group(1)):06d}", f"docs/runs.md: checkpoints/{name}/ is not six digits"
+
+
+def test_the_deepspeed_refusals_are_listed_in_concepts():
+    from precision_oat.precision.policy import Precision, PrecisionError
+
+    refusals = CONCEPTS[CONCEPTS.index("### Refused combinations"):CONCEPTS.index("### What the policy renders")]
+    bullet = next((b for b in refusals.split("\n- ") if "DeepSpeed" in b.split("\n")[0]
+                   and "`--backend oat`" in b.split("\n")[0] and "`--learner deepspeed`" in b.split("\n")[0]), None)
+    assert bullet, "docs/concepts.md's refusals need a bullet for DeepSpeed, naming --backend oat and --learner deepspeed"
+    cases = [dict(dtype="bf16", master_dtype="bf16"), dict(dtype="fp16", growth_factor=3.0),
+             dict(dtype="fp16", backoff_factor=0.25), dict(dtype="fp16", initial_scale=1000.0)]
+    for chosen_by in ("--backend oat", "--learner deepspeed"):
+        for case in cases:
+            with pytest.raises(PrecisionError) as e:
+                Precision.from_flags(**case).check_deepspeed(chosen_by)
+            named = set(re.findall(r"--[a-z-]+[a-z]", str(e.value))) - {"--backend", "--learner"}
+            missing = sorted(f for f in named if f"`{f}`" not in bullet)
+            assert not missing, f"the DeepSpeed refusal of {case} names {missing}, absent from its bullet"
+
+
+def test_every_preset_command_the_pages_show_has_the_flags_its_preset_launches_with():
+    shown = 0
+    for page, text in PAGES.items():
+        for line in text.splitlines():
+            command = re.search(r"--preset (args/[\w/]+\.yaml)(.*)", line)
+            if not command:
+                continue
+            header = (ROOT / command.group(1)).read_text()
+            launch = re.search(r"^#\s+python -m precision_oat\.main --preset \S+(.*)$", header, re.M).group(1).split()
+            flags = command.group(2).split("#")[0].replace("`", " ").split()
+            missing = [f for f in launch if f not in flags]
+            assert not missing, f"{page}: `{line.strip()}` lacks {missing} (the launch line of {command.group(1)})"
+            shown += 1
+    assert shown >= 2

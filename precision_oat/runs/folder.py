@@ -112,6 +112,13 @@ def step_time_split(history: list[dict]) -> dict:
                                  "share": sum(h[k] for h in rows) / total} for part, k in zip(STEP_PARTS, keys)}}
 
 
+def outputs_of(out: Path) -> list[str]:
+    """What the run wrote into ``out``, folders with a trailing "/"; summary.json counts, as the caller writes it next."""
+    shown = [name for name in RUN_FILES if name != "metrics.jsonl.tmp"]
+    return [name + "/" if (out / name).is_dir() else name
+            for name in shown if name == "summary.json" or (out / name).exists()]
+
+
 def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> dict:
     if not history:
         return {"output_dir": str(out)}
@@ -134,7 +141,7 @@ def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> 
         f"mismatch (mean over steps): |Δlogp| {summary.get('mismatch/abs_logp_diff_mean', float('nan')):.3e}  "
         f"seq log-ratio std {summary.get('mismatch/seq_logratio_std', float('nan')):.3e}  "
         f"k3 {summary.get('mismatch/k3', float('nan')):.3e} · skipped steps {summary['skipped_steps']:.0f}\n"
-        f"outputs: {out}/metrics.jsonl, config.json, summary.json, checkpoints/",
+        f"outputs: {out}/{', '.join(outputs_of(out))}",
         flush=True,
     )
     if "step_time" in summary:
