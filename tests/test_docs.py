@@ -155,11 +155,15 @@ def _our_flags() -> set[str]:
     from precision_oat.mismatch.lab import LabArgs
     from precision_oat.mismatch.preflight import PreflightArgs
 
-    spec = importlib.util.spec_from_file_location("step_time", ROOT / "benchmarks" / "step_time.py")
-    step_time = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = step_time  # dataclasses look their module up there
-    spec.loader.exec_module(step_time)
-    return {"--help"}.union(*(_flags_of(cls) for cls in (Args, LabArgs, PreflightArgs, step_time.BenchArgs)))
+    def benchmark(name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+
+    benchmarks = (benchmark("step_time").BenchArgs, benchmark("scale_ladder").LadderArgs)
+    return {"--help"}.union(*(_flags_of(cls) for cls in (Args, LabArgs, PreflightArgs, *benchmarks)))
 
 
 def test_every_flag_the_pages_name_exists():
