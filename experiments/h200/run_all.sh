@@ -7,11 +7,7 @@
 #   4. then, alone on the GPU, benchmarks/step_time.py (fp16 vs bf16).
 # Usage (device machine, repo root, after the GGUF is at $GGUF_DIR; HF and RESULTS set): bash experiments/h200/run_all.sh
 set -uo pipefail
-GGUF_DIR=${GGUF_DIR:?set GGUF_DIR to the folder holding the GGUF}
-GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-HF=${HF:?set HF to the folder for the fp32 HF model (converted from the GGUF if absent)}
-R=${RESULTS:?set RESULTS to a new folder for the results}
-STEPS=${STEPS:-150}
+source "$(dirname "$0")/folders.sh"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 
 [ -e "$R" ] && { echo "RESULTS=$R exists; choose a new folder" >&2; exit 1; }

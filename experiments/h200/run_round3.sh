@@ -6,11 +6,7 @@
 # Usage (device machine, repo root, the GGUF at $GGUF_DIR; HF and RESULTS set): bash experiments/h200/run_round3.sh
 # Results go to $RESULTS/rl-<algo>-<dtype>-lr1e-5-seed<seed>/ and $RESULTS/round3.tgz.
 set -uo pipefail
-GGUF_DIR=${GGUF_DIR:?set GGUF_DIR to the folder holding the GGUF}
-GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-HF=${HF:?set HF to the folder for the fp32 HF model (converted from the GGUF if absent)}
-R=${RESULTS:?set RESULTS to a new folder for the results}
-STEPS=${STEPS:-150}
+source "$(dirname "$0")/folders.sh"
 LIMIT=${LIMIT:-250}
 MAX_OPERAND=${MAX_OPERAND:-9}
 SEEDS=${SEEDS:-0}
