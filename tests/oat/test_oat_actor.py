@@ -4,11 +4,9 @@ Actors are built by hand with the built-in sampler on the embedded policy, as Oa
 would build them, each at its index; the local backend's actor shares their sampler.
 """
 
-import pytest
-
-from precision_oat.rl.actor import PrecisionActor as LocalActor
 from precision_oat.backends.oat.oat_actor import OatActor
 from precision_oat.backends.oat.prompt_rows import prompt_row
+from precision_oat.rl.actor import PrecisionActor as LocalActor
 
 # Four GPUs: two actors, two learners, two prompts each per step (the mapping only: all runs on CPU).
 FLAGS = ("--dtype", "fp32", "--prompts-per-step", "4", "--num-samples", "2", "--max-new-tokens", "6",
