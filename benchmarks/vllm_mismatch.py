@@ -147,8 +147,8 @@ def main():
     import vllm
 
     from precision_oat.samplers.kv_cache import KVCacheSampler
-    from precision_oat.samplers.vllm_sampler import VLLMSampler
     from precision_oat.samplers.sampler import SamplingParams
+    from precision_oat.samplers.vllm_sampler import VLLMSampler
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=192, help="model width (head size 32)")

@@ -15,8 +15,8 @@ from precision_oat.algorithms import RECIPES, PolicyBatch, build_policy_loss, co
 from precision_oat.algorithms.registry import TABLES, valid_names
 from precision_oat.args import LogArgs, PrecisionArgs
 from precision_oat.checks import flag
-from precision_oat.runs.resume import SAFE_ON_RESUME
 from precision_oat.precision.mismatch_metrics import mismatch_histograms, mismatch_metrics
+from precision_oat.runs.resume import SAFE_ON_RESUME
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPTS = (ROOT / "docs" / "concepts.md").read_text()

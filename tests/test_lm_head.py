@@ -9,10 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from precision_oat.backends.local.driver import train
+from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
 from precision_oat.precision.lm_head import head_is_tied, use_fp32_head
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
-from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import save_byte_model, tiny_model

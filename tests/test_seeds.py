@@ -1,7 +1,7 @@
 """Every row of every step draws from a stream of its own, in one run and across neighbouring seeds."""
 
-from precision_oat.rl.actor import PrecisionActor
 from precision_oat.args import RolloutArgs
+from precision_oat.rl.actor import PrecisionActor
 from precision_oat.seeds import row_seed
 from tests.conftest import byte_tokenizer
 

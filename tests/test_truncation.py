@@ -10,10 +10,10 @@ import torch
 
 from precision_oat.backends.local.driver import train
 from precision_oat.rl.rollout import collate
-from precision_oat.samplers.kv_cache import KVCacheSampler
-from precision_oat.samplers.sampler import SamplingParams
 from precision_oat.rl.scoring import logits_logprobs, score, token_logprobs
 from precision_oat.rl.truncation import Truncation
+from precision_oat.samplers.kv_cache import KVCacheSampler
+from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args
 

@@ -19,15 +19,15 @@ import torch
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
-from precision_oat.learners.master_weights import MasterWeights
 from precision_oat.learners.learner import Learner
 from precision_oat.learners.lora import merged_lora_weights
+from precision_oat.learners.master_weights import MasterWeights
 from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.loss_scaler import LossScaler
 from precision_oat.precision.policy import Precision
-from precision_oat.rl.step import UpdateSettings
 from precision_oat.rl.scoring import token_logprobs
+from precision_oat.rl.step import UpdateSettings
 
 
 class PrecisionLearner(Learner):

@@ -26,8 +26,8 @@ from precision_oat.learners.learner import Learner
 from precision_oat.learners.lora import merged_lora_weights
 from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.policy import Precision
-from precision_oat.rl.step import UpdateSettings
 from precision_oat.rl.scoring import token_logprobs
+from precision_oat.rl.step import UpdateSettings
 
 # Tag of the DeepSpeed checkpoint inside a checkpoint folder.
 STATE_TAG = "deepspeed"

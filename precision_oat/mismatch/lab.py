@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.mismatch.prompts import PromptSource, load_prompts
+from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.rl.scoring import score, token_logprobs, trim
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).

@@ -14,10 +14,10 @@ from typing import Sequence
 from precision_oat.args import EvalArgs, RolloutArgs
 from precision_oat.distributed.world import SINGLE, World
 from precision_oat.errors import UserError
-from precision_oat.tasks.evaluation import summarize
 from precision_oat.rl.rollout import Rollout, collate
 from precision_oat.samplers.sampler import Completion, Sampler, SamplingParams, stop_token_ids
 from precision_oat.seeds import EVALUATION, ROLLOUT, derive_seed
+from precision_oat.tasks.evaluation import summarize
 from precision_oat.tasks.task import Example, Task
 
 

@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from precision_oat.samplers.sampler import Completion
 from precision_oat.rl.truncation import Truncation
+from precision_oat.samplers.sampler import Completion
 
 
 @dataclass

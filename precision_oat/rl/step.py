@@ -34,12 +34,12 @@ import torch
 from precision_oat.algorithms import PolicyLoss
 from precision_oat.distributed.world import SINGLE, World
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, NonFiniteWeights, out_of_memory_explained
-from precision_oat.rl.microbatch import mean_stats
 from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
+from precision_oat.rl.microbatch import mean_stats
 from precision_oat.rl.rollout import Rollout
 from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score
-from precision_oat.seeds import SHUFFLE, derive_seed
 from precision_oat.rl.update_plan import policy_batch, update_plan
+from precision_oat.seeds import SHUFFLE, derive_seed
 
 
 @dataclass(frozen=True)

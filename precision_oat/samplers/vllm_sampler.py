@@ -69,8 +69,8 @@ from typing import Iterable, Iterator, Optional
 
 import torch
 
-from precision_oat.quiet import quiet_save
 from precision_oat.errors import UserError
+from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
 from precision_oat.seeds import row_seed
 

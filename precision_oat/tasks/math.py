@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from precision_oat.tasks.data import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, load_eval_suite, load_examples
 from precision_oat.tasks import grading
-from precision_oat.tasks.task import DEFAULT_GRADING_TIMEOUT_S as DEFAULT_TIMEOUT_S, Example, Task
+from precision_oat.tasks.data import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, load_eval_suite, load_examples
+from precision_oat.tasks.task import DEFAULT_GRADING_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from precision_oat.tasks.task import Example, Task
 from precision_oat.tasks.templates import apply_template, check_template
 
 

@@ -239,8 +239,8 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
     from datetime import timedelta
 
     from precision_oat.args import algorithm_spec
-    from precision_oat.runs.checkpoint import resume_checkpoint, save_checkpoint
     from precision_oat.backends.local.driver import build_learner
+    from precision_oat.runs.checkpoint import resume_checkpoint, save_checkpoint
     from tests.conftest import byte_tokenizer, tiny_model
     from tests.engines.helpers import make_args
 

@@ -7,10 +7,10 @@ import signal
 import pytest
 import torch
 
-from precision_oat.rl.actor import PrecisionActor
 from precision_oat.args import RolloutArgs
 from precision_oat.backends.local.driver import train
 from precision_oat.errors import UserError
+from precision_oat.rl.actor import PrecisionActor
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
 from tests.conftest import tiny_model

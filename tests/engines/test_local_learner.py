@@ -8,9 +8,9 @@ import torch
 from precision_oat.algorithms import RECIPES
 from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner
-from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.precision.mismatch_metrics import mismatch_metrics
 from precision_oat.rl.rollout import collate
+from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
 from tests.engines.helpers import make_args

@@ -12,16 +12,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from precision_oat.rl.actor import encode_prompt
 from precision_oat.backends.local import driver
 from precision_oat.backends.local.driver import train
 from precision_oat.backends.local.loop import prompts_of_step
 from precision_oat.errors import UserError
 from precision_oat.mismatch.preflight import run_preflight
 from precision_oat.precision.policy import PrecisionError
+from precision_oat.precision.weight_sync import WeightSyncError
+from precision_oat.rl.actor import encode_prompt
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask
-from precision_oat.precision.weight_sync import WeightSyncError
 from tests.engines.helpers import make_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,8 +6,8 @@ import json
 import torch
 from transformers import AutoModelForCausalLM
 
-from precision_oat.runs.checkpoint import latest_checkpoint
 from precision_oat.backends.local.driver import train
+from precision_oat.runs.checkpoint import latest_checkpoint
 from tests.engines.helpers import make_args
 
 

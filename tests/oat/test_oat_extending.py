@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from precision_oat.algorithms import PolicyBatch, build_policy_loss, compose, resolve
-from precision_oat.learners.builtin import PrecisionLearner as LocalLearner
 from precision_oat.backends.oat.oat_learner import OatLearner
+from precision_oat.learners.builtin import PrecisionLearner as LocalLearner
 
 PAGE = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
 PIECES, ENTRY, SUBCLASSES = re.findall(r"```python\n(.*?)```", PAGE, re.S)[:3]

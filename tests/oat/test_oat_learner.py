@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from precision_oat.algorithms import compose
-from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.backends.local.driver import build_learner
 from precision_oat.backends.oat.oat_actor import OatActor
 from precision_oat.backends.oat.oat_learner import OatLearner
 from precision_oat.errors import NonFiniteWeights
+from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.rl.rollout import collate
 from precision_oat.samplers.sampler import Completion
 

@@ -5,8 +5,8 @@ import pytest
 from precision_oat.args import EvalArgs, TaskArgs
 from precision_oat.errors import UserError
 from precision_oat.tasks import build_task
-from precision_oat.tasks.task import Example
 from precision_oat.tasks.counting import SHOWN, CountingTask, count_reward, longest_increasing
+from precision_oat.tasks.task import Example
 
 # From 100 to 119: the prompt shows 100..109 (SHOWN = 10), the answer is the N = 10 lines 110..119.
 EX = Example("100", "119")

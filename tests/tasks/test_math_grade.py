@@ -4,11 +4,11 @@ import time
 
 import pytest
 
-from precision_oat.tasks.data import load_eval_suite
-from precision_oat.tasks.task import Example
 from precision_oat.tasks import grading
+from precision_oat.tasks.data import load_eval_suite
 from precision_oat.tasks.grading import exact_verdict, extract_answer, last_boxed
 from precision_oat.tasks.math import MathGrader, MathTask, grade
+from precision_oat.tasks.task import Example
 
 TIMEOUT_S = 3.0
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from precision_oat.samplers.vllm_sampler import VLLMSampler
 from precision_oat.samplers.sampler import SamplingParams
+from precision_oat.samplers.vllm_sampler import VLLMSampler
 
 pytestmark = pytest.mark.requires_vllm
 

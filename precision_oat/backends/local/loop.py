@@ -29,13 +29,13 @@ from precision_oat.precision.mismatch_metrics import mismatch_histograms
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.rl.actor import PrecisionActor
-from precision_oat.seeds import PROMPT_ORDER, derive_seed
 from precision_oat.rl.step import RLStep
 from precision_oat.runs.checkpoint import export_policy, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.signals import StopRequest
 from precision_oat.samplers.sampler import Sampler
+from precision_oat.seeds import PROMPT_ORDER, derive_seed
 
 
 @dataclass

@@ -33,16 +33,16 @@ import torch.distributed as dist
 from oat.algorithms.ppo import PPOLearner
 from torch.utils.data import DataLoader
 
-from precision_oat.rl.actor import check_prompt_lengths
-from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.backends.oat.cpu import install_cpu_shims, learner_device
-from precision_oat.backends.oat.prompt_rows import prompt_row
 from precision_oat.backends.oat.oat_log import OatRunLog
+from precision_oat.backends.oat.prompt_rows import prompt_row
 from precision_oat.backends.oat.strategy import learner_base_hooks
-from precision_oat.tasks.evaluation import summarize
-from precision_oat.rl.step import RLStep, UpdateSettings
+from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
+from precision_oat.rl.actor import check_prompt_lengths
 from precision_oat.rl.rollout import Rollout
+from precision_oat.rl.step import RLStep, UpdateSettings
 from precision_oat.tasks import build_task
+from precision_oat.tasks.evaluation import summarize
 
 # Written to the output folder when the learner fails.
 LEARNER_ERROR = "learner_error.txt"

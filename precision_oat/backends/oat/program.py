@@ -65,9 +65,9 @@ def build_program(args: Args, out: Path):
     from oat.interface import get_program
 
     from precision_oat.algorithms import compose
+    from precision_oat.backends.oat.cpu import one_device_for_layout
     from precision_oat.backends.oat.oat_actor import OatActor
     from precision_oat.backends.oat.oat_args import to_oat_args
-    from precision_oat.backends.oat.cpu import one_device_for_layout
     from precision_oat.backends.oat.oat_learner import OatLearner
 
     pretrain = resolve_pretrain(args, out)
