@@ -14,7 +14,7 @@ is the mixins placed before it (``compose(spec, OatLearner)`` builds that class 
     evaluate                        every benchmark of the task, as ``eval/<benchmark>/avg@n``,
                                     ``pass@k`` and ``response_length`` (the local backend's keys)
 
-What is Oat's own here: the forward through Oat's ``get_batch_logps``, and the backward and the
+What is Oat's own here: the forward through Oat's model (its position ids), and the backward and the
 optimiser step through Oat's DeepSpeed strategy. The gradient norm, the loss-scale report and
 the fp32 masters the inf/NaN guard checks are :class:`~precision_oat.learners.deepspeed_hooks.DeepSpeedHooks`',
 shared with the local DeepSpeed learner.
@@ -40,6 +40,7 @@ from precision_oat.backends.oat.strategy import learner_base_hooks
 from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.rl.actor import check_prompt_lengths
 from precision_oat.rl.rollout import Rollout
+from precision_oat.rl.scoring import logits_logprobs
 from precision_oat.rl.step import RLStep, UpdateSettings
 from precision_oat.tasks import build_task
 from precision_oat.tasks.evaluation import summarize
@@ -65,6 +66,7 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
             seed=args.seed,
             temperature=args.temperature,
             self_consistent_old_logprobs=source.self_consistent_old_logprobs,
+            logprob_chunk_size=source.logprob_chunk_size,
         )
         if self.strategy.is_rank_0():
             self.strategy.print("precision policy:\n" + self.precision.describe())
@@ -134,11 +136,11 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
 
     def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
                          response_mask=None) -> torch.Tensor:
-        # Oat's own scoring (its actor's forward and position ids); Oat's samplers keep no top-p sets.
-        if truncation is not None:
-            raise ValueError("the Oat learner scores without top-p kept sets")
-        logprobs, _ = self.get_batch_logps(self.model, input_ids, attention_mask, temperature=self.args.temperature)
-        return logprobs if response_mask is None else torch.where(response_mask != 0, logprobs, 0.0)
+        # Oat's forward (its actor's position ids), then the shared chunked log-softmax: no
+        # [batch, time, vocab] fp32 tensor, response positions only.
+        logits = self.model(input_ids, attention_mask=attention_mask)["logits"]
+        return logits_logprobs(logits, input_ids, self.args.temperature, truncation, response_mask,
+                               self.settings.logprob_chunk_size)
 
     def set_train(self, mode: bool) -> None:
         self.model.train(mode)
