@@ -274,6 +274,8 @@ class VLLMSampler:
             # and a reload that gave lm_head nothing would restore the old matrix over it.
             push = _with_tied_head(push)
         if self._asleep:
+            # The learner's freed blocks go back to the device first, or the wake-up may not find room.
+            torch.cuda.empty_cache()
             self._llm.wake_up(tags=["weights"])
         self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
         if self._asleep:
