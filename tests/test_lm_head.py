@@ -16,7 +16,7 @@ from precision_oat.precision.weight_sync import push_weights
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import save_byte_model, tiny_model
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 
 def test_fp32_head_keeps_an_untied_head_in_fp32_and_the_rest_in_bf16():

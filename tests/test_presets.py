@@ -116,7 +116,7 @@ def test_missing_preset_file_exits_with_its_path(tmp_path):
 
 def test_a_runs_config_json_is_a_preset_for_the_same_flags(tmp_path, embedded_policy_dir):
     from precision_oat.backends.local.driver import train
-    from tests.engines.helpers import make_args
+    from tests.backends.helpers import make_args
 
     args = make_args(model=str(embedded_policy_dir), algo="grpo-tis", dtype="bf16", steps=1, output_dir=str(tmp_path))
     train(args)

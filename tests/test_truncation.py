@@ -15,7 +15,7 @@ from precision_oat.rl.truncation import Truncation
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 PROMPTS = [[3, 4, 5], [6, 7, 8, 9, 10], [11, 12]]
 

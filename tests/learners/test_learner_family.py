@@ -8,7 +8,7 @@ from precision_oat.learners.deepspeed_learner import DeepSpeedLearner
 from precision_oat.learners.learner import Learner
 from precision_oat.learners.weight_decay import decay_groups
 from tests.conftest import tiny_model
-from tests.engines.test_local_learner import build
+from tests.backends.test_local_learner import build
 
 
 def test_biases_and_norm_scales_take_no_weight_decay():

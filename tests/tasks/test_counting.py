@@ -133,7 +133,7 @@ def test_a_response_limit_under_the_shortest_right_answer_is_refused_naming_both
 
 def test_a_counting_run_with_too_few_new_tokens_stops_before_sampling(tmp_path, embedded_policy_dir):
     from precision_oat.backends.local.driver import train
-    from tests.engines.helpers import make_args
+    from tests.backends.helpers import make_args
 
     out = tmp_path / "run"
     with pytest.raises(UserError, match=r"^--max-new-tokens 8: the counting task's shortest right answer"):

@@ -4,7 +4,7 @@ import json
 import math
 
 from precision_oat.backends.local.driver import train
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 
 def test_math_run_samples_grades_evaluates_and_logs(tmp_path, byte_model_dir):

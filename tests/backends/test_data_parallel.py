@@ -242,7 +242,7 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.runs.checkpoint import resume_checkpoint, save_checkpoint
     from tests.conftest import byte_tokenizer, tiny_model
-    from tests.engines.helpers import make_args
+    from tests.backends.helpers import make_args
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
     # A rank left waiting in a collective fails after a minute instead of hanging the test.

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from precision_oat.backends.local.driver import train
 from precision_oat.runs.checkpoint import latest_checkpoint
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 
 def rows(folder):

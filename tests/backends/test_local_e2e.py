@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from precision_oat.backends.local.driver import train
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 REQUIRED = ["step", "reward/mean", "mismatch/k1", "mismatch/k3", "mismatch/abs_logp_diff_mean",
             "mismatch/seq_logratio_std", "train/loss_scale", "train/skipped_steps", "loss/policy", "train/grad_norm"]
@@ -98,7 +98,7 @@ def test_every_step_logs_where_its_time_went(tmp_path, embedded_policy_dir):
 def test_a_builtin_cpu_run_prints_no_deepspeed_notice_and_no_progress_bar(tmp_path, embedded_policy_dir):
     # A fresh process: DeepSpeed warns once per process, at its first import (by save_pretrained).
     script = ("from precision_oat.backends.local.driver import train\n"
-              "from tests.engines.helpers import make_args\n"
+              "from tests.backends.helpers import make_args\n"
               f"train(make_args(model={str(embedded_policy_dir)!r}, dtype='bf16', output_dir={str(tmp_path)!r}))\n")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,

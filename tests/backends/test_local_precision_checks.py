@@ -22,7 +22,7 @@ from precision_oat.precision.weight_sync import WeightSyncError
 from precision_oat.rl.actor import encode_prompt
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

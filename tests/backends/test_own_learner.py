@@ -11,7 +11,7 @@ import pytest
 
 from precision_oat.backends.local.driver import imported_class, train
 from precision_oat.errors import UserError
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "extending.md").read_text()

@@ -7,8 +7,8 @@ import torch
 from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner, train
 from tests.conftest import tiny_model
-from tests.engines.helpers import make_args
-from tests.engines.test_local_learner import rollout_of
+from tests.backends.helpers import make_args
+from tests.backends.test_local_learner import rollout_of
 
 RANK, ALPHA = 4, 8.0
 

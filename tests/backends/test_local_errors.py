@@ -14,7 +14,7 @@ from precision_oat.rl.actor import PrecisionActor
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
 from tests.conftest import tiny_model
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 
 def test_unknown_model_path(tmp_path):

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from precision_oat.backends.local.driver import train
 from precision_oat.rl.step import RLStep
 from precision_oat.seeds import SHUFFLE, derive_seed
-from tests.engines.helpers import make_args
+from tests.backends.helpers import make_args
 
 EPS = 0.1
 LR = 5e-3

@@ -14,8 +14,8 @@ from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from tests.conftest import tiny_model
-from tests.engines.helpers import make_args
-from tests.engines.test_local_learner import rollout_of
+from tests.backends.helpers import make_args
+from tests.backends.test_local_learner import rollout_of
 
 
 def build(kind, model, **flags):
