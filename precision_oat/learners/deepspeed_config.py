@@ -47,15 +47,15 @@ def ensure_process_group(device: torch.device) -> None:
     import_deepspeed().init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", verbose=False)
 
 
-def deepspeed_refuses(dtype: str) -> bool:
-    """True when DeepSpeed cannot compute in ``dtype`` on this machine: it refuses fp16 without CUDA."""
-    return dtype == "fp16" and not torch.cuda.is_available()
+def deepspeed_refuses(dtype: str, device: torch.device) -> bool:
+    """True when DeepSpeed cannot compute in ``dtype`` on ``device``: it refuses fp16 off CUDA."""
+    return dtype == "fp16" and device.type != "cuda"
 
 
-def engine_config(precision: Precision, micro_batch_size: int, zero_stage: int, max_grad_norm: Optional[float],
-                  optimizer: Optional[dict] = None) -> dict:
+def engine_config(precision: Precision, device: torch.device, micro_batch_size: int, zero_stage: int,
+                  max_grad_norm: Optional[float], optimizer: Optional[dict] = None) -> dict:
     """A DeepSpeed config: the precision sections, ZeRO, clipping and (optionally) the optimiser."""
-    if deepspeed_refuses(precision.trainer):
+    if deepspeed_refuses(precision.trainer, device):
         raise UserError("--dtype fp16 with DeepSpeed needs a CUDA device (DeepSpeed refuses fp16 on CPU); "
                         "use --learner builtin, or --dtype bf16/fp32")
     if zero_stage not in (0, 1, 2, 3):
@@ -136,7 +136,7 @@ def inference_engine(model: torch.nn.Module, precision: Precision, device: torch
     """``model`` in a DeepSpeed engine (trainer dtype, ZeRO 0), for scoring only."""
     deepspeed = import_deepspeed()
     ensure_process_group(device)
-    config = engine_config(precision, micro_batch_size, 0, None)
+    config = engine_config(precision, device, micro_batch_size, 0, None)
     engine, *_ = deepspeed.initialize(model=model.to(device), config=config)
     engine.eval()
     return engine

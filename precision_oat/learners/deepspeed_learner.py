@@ -41,7 +41,8 @@ class DeepSpeedLearner(DeepSpeedHooks, Learner):
         ensure_process_group(device)
         optimizer = {"type": "AdamW", "params": {"lr": train.learning_rate, "betas": list(train.adam_betas),
                                                  "weight_decay": train.weight_decay, "torch_adam": True}}
-        config = engine_config(precision, settings.micro_batch_size, train.zero_stage, train.max_grad_norm, optimizer)
+        config = engine_config(precision, device, settings.micro_batch_size, train.zero_stage, train.max_grad_norm,
+                               optimizer)
         groups = decay_groups(((n, p) for n, p in self.model.named_parameters() if p.requires_grad), train.weight_decay)
         self.engine, *_ = deepspeed.initialize(model=self.model.to(device), model_parameters=groups, config=config)
         self.model = self.engine.module

@@ -199,6 +199,7 @@ def check_lab_args(args: LabArgs) -> None:
     """Refuse, before anything is loaded or written, what cannot run here, naming the lab's own flags."""
     from precision_oat import stacks
     from precision_oat.learners.deepspeed_config import deepspeed_refuses
+    from precision_oat.models import resolve_device
 
     if not args.dtypes:
         raise UserError("--dtypes: give at least one of bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
@@ -211,7 +212,8 @@ def check_lab_args(args: LabArgs) -> None:
     if args.trainer == "deepspeed":
         flags["deepspeed"] = ("--trainer deepspeed", "--trainer hf")
     stacks.require_all(flags)
-    refused = [d for d in args.dtypes if args.trainer == "deepspeed" and deepspeed_refuses(d)]
+    device = resolve_device(args.device)
+    refused = [d for d in args.dtypes if args.trainer == "deepspeed" and deepspeed_refuses(d, device)]
     if refused:
         kept = [d for d in args.dtypes if d not in refused] or ["bf16", "fp32"]
         raise UserError(f"--trainer deepspeed --dtypes {' '.join(args.dtypes)}: DeepSpeed refuses fp16 without a CUDA "

@@ -30,6 +30,7 @@ from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
 from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.learners.builtin import PrecisionLearner
+from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_process_group
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import load_policy, resolve_device
 from precision_oat.precision.lm_head import head_is_tied
@@ -205,7 +206,7 @@ def check_before_start(args: Args, precision: Precision) -> None:
         stacks.require("vllm")
     if t.learner == "deepspeed":
         stacks.require("deepspeed")
-        if precision.trainer == "fp16" and resolve_device(t.device).type != "cuda":
+        if deepspeed_refuses(precision.trainer, resolve_device(t.device)):
             flag = "--trainer-dtype" if args.precision.trainer_dtype else "--dtype"
             raise UserError(f"{flag} fp16: --learner deepspeed needs a CUDA device for fp16 (DeepSpeed refuses "
                             f"fp16 on CPU); use --learner builtin, or {flag} bf16/fp32")
@@ -218,8 +219,6 @@ def processes(args: Args) -> tuple[World, torch.device]:
     world = world_from_env()
     device = resolve_device(args.train.device)
     if world.size > 1:
-        from precision_oat.learners.deepspeed_config import ensure_process_group
-
         if device.type == "cuda":
             device = torch.device("cuda", world.local_rank)
             torch.cuda.set_device(device)
