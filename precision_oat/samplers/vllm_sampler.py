@@ -98,6 +98,10 @@ HARMLESS_VLLM_WARNINGS = {
     # What --vllm-enforce-eager asks for.
     "vllm.config.vllm": ("Enforce eager set", "Inductor compilation was disabled"),
 }
+# Dropped for a tied head only: a reload skips a tied lm_head and writes the input embedding in
+# place, into the storage the head shares, so the head is new too. An untied head that fails to
+# load is a real fault, and that warning is kept.
+TIED_HEAD_RELOAD_WARNING = ("vllm.model_executor.model_loader.reload.layerwise", ("ParallelLMHead: Failed to load weights",))
 
 # Departure 7: strong references to every backend built in this process.
 _LIVE_ENGINES: list = []
@@ -116,12 +120,17 @@ class _DropMessages(logging.Filter):
         return not record.getMessage().startswith(self.starts)
 
 
+def drop_vllm_warnings(logger_name: str, starts: tuple[str, ...]) -> None:
+    """Drop the messages of ``logger_name`` that begin with one of ``starts`` (once per process)."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, _DropMessages) and f.starts == starts for f in logger.filters):
+        logger.addFilter(_DropMessages(starts))
+
+
 def drop_harmless_vllm_warnings() -> None:
-    """Filter :data:`HARMLESS_VLLM_WARNINGS` out of their loggers (once per process)."""
+    """Filter :data:`HARMLESS_VLLM_WARNINGS` out of their loggers."""
     for name, starts in HARMLESS_VLLM_WARNINGS.items():
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropMessages) for f in logger.filters):
-            logger.addFilter(_DropMessages(starts))
+        drop_vllm_warnings(name, starts)
     # vLLM's kernel dispatcher reads a deprecated torch attribute while it scans modules.
     warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning,
                             module=r"vllm\.triton_utils\.dispatcher")
@@ -229,6 +238,8 @@ class VLLMSampler:
         self._checked = {n: self._weights[n] for n in self._checked_names}
         text_config = self._llm.llm_engine.model_config.hf_config.get_text_config()
         self._tied_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
+        if self._tied_embeddings:
+            drop_vllm_warnings(*TIED_HEAD_RELOAD_WARNING)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """G = params.n completions per prompt, prompt-major.
