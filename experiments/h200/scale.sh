@@ -2,12 +2,13 @@
 # The paper's scale on one H200 (docs/results.md §5): SmolLM2's RL loop with the co-located vLLM
 # (sleep mode, weights pushed from the learner's GPU tensors), then the scale ladder.
 #
+#   ladder-8k    benchmarks/scale_ladder.py: does the 1.5B shape run RL steps with 8k-token responses?
 #   loop-8x4     SmolLM2 counting, 8 prompts × 4 samples × ≤ 768 tokens, GRPO fp16, 20 steps: the
 #                command of the reference single arm (before: ~3.0 s a step, ~20% in neither sampling
 #                nor updating), for the before/after
 #   loop-128x8   the same at 128 prompts × 8 samples, 5 steps (end-to-end generated tokens per second)
-#   ladder       benchmarks/scale_ladder.py on the 1.5B shape (8k then 4k), then the fp16/bf16
-#                step-time ratio at 1k (alternating), until $DEADLINE
+#   ladder       the ladder's other cells ($LADDER_LENGTHS, default 4k), then the fp16/bf16 step-time
+#                ratio at 1k (alternating), until $DEADLINE
 #
 # Usage on the device machine, repo root, with the bundle installed as ../shared/gpu/README.md says:
 #   HF=<SmolLM2 HF folder> RUNS=<results folder> DEADLINE=<epoch seconds> bash experiments/h200/scale.sh
@@ -17,7 +18,6 @@ HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
 DEADLINE=${DEADLINE:?set DEADLINE to the epoch second by which everything must have stopped}
 LADDER_MODELS=${LADDER_MODELS:-qwen2.5-1.5b}
-LADDER_LENGTHS=${LADDER_LENGTHS:-8192 4096}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -31,10 +31,18 @@ loop() {  # NAME, then the flags that differ
     --output-dir "$RUNS/$name" "$@" > "$RUNS/$name.log" 2>&1
 }
 
-loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20
+ladder() {  # NAME, then the ladder flags that differ
+  local name=$1; shift
+  echo "$(date +%T) $name" >> "$RUNS/phases.log"
+  # shellcheck disable=SC2086
+  python3 benchmarks/scale_ladder.py --models $LADDER_MODELS --time-limit-s "$(( $(left) - 30 ))" \
+    --model-cache "${MODELS:-$HOME/ladder-models}" --output "$RUNS/$name.json" "$@" > "$RUNS/$name.log" 2>&1
+}
+
+# The most uncertain cell first: does the 1.5B shape at 8k tokens run at all?
+ladder ladder-8k --response-lengths 8192 --ratio-repeats 0 --cell-timeout-s 480
 loop loop-128x8 --prompts-per-step 128 --num-samples 8 --micro-batch-size 64 --vllm-gpu-memory-utilization 0.5 --steps 5
-echo "$(date +%T) ladder" >> "$RUNS/phases.log"
+loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20
 # shellcheck disable=SC2086
-python3 benchmarks/scale_ladder.py --models $LADDER_MODELS --response-lengths $LADDER_LENGTHS \
-  --time-limit-s "$(( $(left) - 30 ))" --model-cache "${MODELS:-$HOME/ladder-models}" --output "$RUNS/ladder.json" > "$RUNS/ladder.log" 2>&1
+ladder ladder --response-lengths ${LADDER_LENGTHS:-4096}
 echo "$(date +%T) done" >> "$RUNS/phases.log"
