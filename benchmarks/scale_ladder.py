@@ -19,6 +19,9 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     fits, micro_batch_size      whether the step ran, and the largest micro-batch that did
     learner_peak_gb             torch.cuda.max_memory_allocated during the update, less what the
                                 sampler kept allocated when the learner was built
+    learner_kept_gb             allocated after the update, while vLLM wakes (weights, gradients,
+                                optimiser state); a cell whose vLLM cannot wake beside it records the
+                                error with the micro-batch and these two figures
     sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation;
                                 with sleep mode the learner_peak_gb above is measured while it sleeps)
     sampler_tokens_per_s        response tokens sampled per second
@@ -201,6 +204,7 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     """Build the sampler and the learner of one cell, run its steps, and return its figures."""
     from precision_oat.args import algorithm_spec
     from precision_oat.backends.local.driver import build_learner
+    from precision_oat.errors import UserError
     from precision_oat.models import Policy, resolve_device
     from precision_oat.precision.weight_sync import push_weights
     from precision_oat.rl.rollout import collate
@@ -248,8 +252,15 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
             stats = learner.update(rollout, step).stats
         if cuda:
             peak = max(peak, torch.cuda.max_memory_allocated(device))
+            cell["learner_peak_gb"] = gib(peak - allocated_before_learner)
+            # What stays on the device while vLLM wakes: the learner's weights, gradients and optimiser state.
+            cell["learner_kept_gb"] = gib(torch.cuda.memory_allocated(device))
         synced = finished(device)
-        push_weights(sampler, learner.export_weights(), precision)
+        try:
+            push_weights(sampler, learner.export_weights(), precision)
+        except UserError as e:  # vLLM cannot wake beside what the learner keeps
+            cell["error"] = str(e)
+            return cell
         done = finished(device)
         times = {"sample": sampled - start, "score": stats["perf/time/score"], "update": stats["perf/time/update"],
                  "sync": done - synced}
@@ -263,7 +274,6 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     tokens = timed[0]["tokens"]
     cell.update({
         "fits": True,
-        "learner_peak_gb": gib(peak - allocated_before_learner) if cuda else None,
         "learner_peak_allocated_gb": gib(peak) if cuda else None,
         "sampler_tokens_per_s": timed[0]["response_tokens"] / median["sample"],
         "learner_tokens_per_s": tokens / learner_time,

@@ -28,11 +28,18 @@ SAMPLER_MEMORY_FLAGS = ("lower --vllm-gpu-memory-utilization (or --max-new-token
                         "or free the GPU of other processes")
 
 
+SAMPLER_WAKE_MEMORY_FLAGS = ("lower --vllm-gpu-memory-utilization: the learner's weights, gradients and optimiser "
+                             "state stay on the GPU while vLLM is awake")
+# How vLLM's sleep-mode allocator reports a failed allocation (a RuntimeError, not torch's OutOfMemoryError).
+VLLM_OUT_OF_MEMORY = "CUDA Error: out of memory"
+
+
 @contextmanager
 def out_of_memory_explained(where: str, fixes: str) -> Iterator[None]:
     """Turn a CUDA out-of-memory error inside the block into one :class:`UserError` line naming the flags to lower.
 
     The original error stays attached as the cause (``raise … from``), with its allocator report.
+    vLLM's own allocator says only that it failed, so its line gets the device's memory instead.
     """
     import torch
 
@@ -41,3 +48,20 @@ def out_of_memory_explained(where: str, fixes: str) -> Iterator[None]:
     except torch.cuda.OutOfMemoryError as e:
         first_line = (str(e).splitlines() or [""])[0]
         raise UserError(f"out of GPU memory in {where} ({first_line.split('. Including')[0]}): {fixes}") from e
+    except RuntimeError as e:
+        if VLLM_OUT_OF_MEMORY not in str(e):
+            raise
+        raise UserError(f"out of GPU memory in {where} ({device_memory()}): {fixes}") from e
+
+
+def device_memory() -> str:
+    """The current CUDA device's free memory and what this process's tensors hold, in words."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device to report on"
+    free, total = torch.cuda.mem_get_info()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    gib = 2**30
+    return (f"{free / gib:.1f} of {total / gib:.1f} GiB free; this process's tensors hold {allocated / gib:.1f} GiB "
+            f"and its allocator caches {(reserved - allocated) / gib:.1f} GiB more")

@@ -69,7 +69,7 @@ from typing import Iterable, Iterator, Optional
 
 import torch
 
-from precision_oat.errors import UserError
+from precision_oat.errors import SAMPLER_WAKE_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
 from precision_oat.seeds import row_seed
@@ -287,12 +287,16 @@ class VLLMSampler:
         if self._asleep:
             # The learner's freed blocks go back to the device first, or the wake-up may not find room.
             torch.cuda.empty_cache()
-            self._llm.wake_up(tags=["weights"])
+            self._wake_up("weights")
         self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
         if self._asleep:
-            self._llm.wake_up(tags=["kv_cache"])
+            self._wake_up("kv_cache")
             self._asleep = False
         self._llm.reset_prefix_cache()
+
+    def _wake_up(self, tag: str) -> None:
+        with out_of_memory_explained(f"vLLM's wake-up ({tag}) after the update", SAMPLER_WAKE_MEMORY_FLAGS):
+            self._llm.wake_up(tags=[tag])
 
     def _known(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in weights:

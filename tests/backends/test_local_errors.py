@@ -174,3 +174,22 @@ def test_out_of_memory_while_the_sampler_starts_names_the_flags_to_lower():
             as caught:
         build_sampler(policy, Precision.from_flags("fp16"), torch.device("cpu"), RolloutArgs(), seed=0)
     assert isinstance(caught.value.__cause__, torch.cuda.OutOfMemoryError)
+
+
+def test_vllms_own_out_of_memory_gets_the_device_memory_and_the_flag_to_lower():
+    from precision_oat.errors import SAMPLER_WAKE_MEMORY_FLAGS, UserError, out_of_memory_explained
+
+    # vLLM's sleep-mode allocator raises a bare RuntimeError when it cannot map its memory back.
+    vllm_error = RuntimeError("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163")
+    with pytest.raises(UserError) as caught:
+        with out_of_memory_explained("vLLM's wake-up (weights) after the update", SAMPLER_WAKE_MEMORY_FLAGS):
+            raise vllm_error
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("out of GPU memory in vLLM's wake-up (weights) after the update")
+    assert "--vllm-gpu-memory-utilization" in message and caught.value.__cause__ is vllm_error
+    expected = "GiB free; this process's tensors hold" if torch.cuda.is_available() else "no CUDA device to report on"
+    assert expected in message
+    # Any other RuntimeError is a bug and keeps its own traceback.
+    with pytest.raises(RuntimeError, match="^shape mismatch$"):
+        with out_of_memory_explained("vLLM's wake-up (weights) after the update", SAMPLER_WAKE_MEMORY_FLAGS):
+            raise RuntimeError("shape mismatch")

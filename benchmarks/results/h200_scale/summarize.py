@@ -1,0 +1,67 @@
+"""Tables of this folder's H200 runs (experiments/h200/scale.sh): SmolLM2's loop and the scale ladder.
+
+    python3 summarize.py [FOLDER]    # default: the folder of this script
+
+A loop's step time is the wall clock between consecutive metrics rows (step 1, which also
+compiles and warms up, is left out); its split is the mean of ``perf/time/*`` over the same steps.
+"""
+
+import json
+import sys
+from pathlib import Path
+from statistics import mean, median
+
+PARTS = ("sample", "score", "update", "sync", "reward", "other")
+
+
+def loop_row(folder: Path) -> str:
+    config = json.loads((folder / "config.json").read_text())
+    rollout = config.get("rollout", config)
+    responses = rollout["prompts_per_step"] * rollout["num_samples"]
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    timed = rows[1:]
+    steps = [b["time/elapsed_s"] - a["time/elapsed_s"] for a, b in zip(rows, rows[1:])]
+    step = median(steps)
+    split = {p: mean(r[f"perf/time/{p}"] for r in timed) for p in PARTS}
+    total = sum(split.values())
+    tokens = median(r["response/length_mean"] * responses for r in timed)
+    outside = (split["sync"] + split["reward"] + split["other"]) / total
+    return (f"| {folder.name} | {rollout['prompts_per_step']} × {rollout['num_samples']} | {len(rows)} | {step:.2f} | "
+            f"{tokens:,.0f} | {median(r['perf/sample_tokens_per_s'] for r in timed):,.0f} | {tokens / step:,.0f} | "
+            + " | ".join(f"{split[p]:.2f} ({split[p] / total:.0%})" for p in PARTS) + f" | {outside:.1%} |")
+
+
+def ladder_rows(path: Path) -> list[str]:
+    result = json.loads(path.read_text())
+    rows = []
+    for cell in result["cells"] + result["ratio_cells"]:
+        head = f"| {cell['model']} | {cell['response_length']} | {cell['dtype']} |"
+        if not cell.get("fits"):
+            rows.append(f"{head} no ({cell.get('error', 'no micro-batch fits')[:120]}) |" + " |" * 9)
+            continue
+        rows.append(f"{head} yes | {cell['micro_batch_size']} | {cell['learner_peak_gb']:.1f} | "
+                    f"{cell['sampler_reserved_gb']:.1f} | {cell['sampler_tokens_per_s']:,.0f} | "
+                    f"{cell['learner_tokens_per_s']:,.0f} | {cell['mfu']:.1%} | {cell['step_time_s']:.1f} | "
+                    + " ".join(f"{cell[f'perf/time/{p}']:.1f}" for p in ("sample", "score", "update", "sync", "other"))
+                    + " |")
+    for name, ratio in result.get("fp16_over_bf16_step_time", {}).items():
+        rows.append(f"| {name} fp16/bf16 step time | {ratio:.3f}x |")
+    return rows
+
+
+def main(folder: Path) -> None:
+    print("| loop | prompts × samples | steps | s/step | response tokens/step | sampler tok/s | end-to-end "
+          "generated tok/s | " + " | ".join(PARTS) + " | outside sampling + updating |")
+    print("|---" * (8 + len(PARTS)) + "|")
+    for run in sorted(p.parent for p in folder.glob("*/metrics.jsonl")):
+        print(loop_row(run))
+    print()
+    print("| model | response tokens | dtype | fits | micro-batch | learner peak GiB | sampler GiB | sampler tok/s | "
+          "learner tok/s | MFU | step s | sample score update sync other (s) |")
+    print("|---" * 12 + "|")
+    for path in sorted(folder.glob("ladder*.json")):
+        print("\n".join(ladder_rows(path)))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent)
