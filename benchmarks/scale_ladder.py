@@ -22,6 +22,8 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     learner_kept_gb             allocated after the update, while vLLM wakes (weights, gradients,
                                 optimiser state); a cell whose vLLM cannot wake beside it records the
                                 error with the micro-batch and these two figures
+    vllm_kv_cache_gb            vLLM's KV cache: one step's sequences (kv_cache_gb), or None where the
+                                utilization sizes it (--no-kv-cache-for-the-step)
     sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation;
                                 with sleep mode the learner_peak_gb above is measured while it sleeps)
     sampler_tokens_per_s        response tokens sampled per second
@@ -109,6 +111,8 @@ class LadderArgs:
     gradient_checkpointing: bool = True
     # Fraction of the GPU vLLM may take for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.4
+    # Size vLLM's KV cache to one step's sequences (see kv_cache_gb) instead of what the utilization leaves.
+    kv_cache_for_the_step: bool = True
     # vLLM's sleep mode: its KV cache and weights are released during the update (CUDA).
     vllm_sleep: bool = True
     # Model shapes of the fp16/bf16 step-time ratio.
@@ -179,17 +183,28 @@ def step_flops(model, num_sequences: int, seq_len: int) -> float:
     return num_sequences * ((6 + 2) * n * seq_len + (12 + 4) * attention)
 
 
-def cell_args(args: LadderArgs, response_len: int, dtype: DType, micro_batch_size: int):
+def kv_cache_gb(config, sequences: int, tokens: int) -> float:
+    """GiB of a 16-bit KV cache that holds ``sequences`` of ``tokens`` at once, with 10% and 0.5 GiB to spare."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 2
+    return gib(1.1 * sequences * tokens * per_token) + 0.5
+
+
+def cell_args(args: LadderArgs, response_len: int, dtype: DType, micro_batch_size: int, config=None):
     """The run flags of one cell, as ``python -m precision_oat.main`` would take them."""
     from precision_oat.args import AlgorithmArgs, Args, ModelArgs, PrecisionArgs, RolloutArgs, TrainArgs
 
+    kv_cache = None
+    if args.kv_cache_for_the_step and config is not None:
+        kv_cache = kv_cache_gb(config, args.prompts_per_step * args.num_samples, args.prompt_len + response_len)
     return Args(
         model=ModelArgs(gradient_checkpointing=args.gradient_checkpointing),
         precision=PrecisionArgs(dtype=dtype),
         algorithm=AlgorithmArgs(algo="pg"),
         rollout=RolloutArgs(sampler=args.sampler, prompts_per_step=args.prompts_per_step, num_samples=args.num_samples,
                             max_new_tokens=response_len, max_prompt_length=args.prompt_len,
-                            vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_sleep=args.vllm_sleep),
+                            vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_sleep=args.vllm_sleep,
+                            vllm_kv_cache_gb=kv_cache),
         train=TrainArgs(learner=args.learner, zero_stage=args.zero_stage, micro_batch_size=micro_batch_size,
                         learning_rate=1e-6, device=args.device),
     )
@@ -216,11 +231,12 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     cuda = device.type == "cuda"
     longest = args.prompt_len + response_len
     model = random_model(name)
-    flags = cell_args(args, response_len, dtype, args.micro_batch_sizes[0])
+    flags = cell_args(args, response_len, dtype, args.micro_batch_sizes[0], model.config)
     precision = flags.precision.build()
     cell = {"model": name, "response_length": response_len, "dtype": dtype,
             "params": sum(p.numel() for p in model.parameters()), "device": torch.cuda.get_device_name(device) if cuda
-            else "cpu", "fits": False, "micro_batch_size": None, "micro_batch_tried": {}}
+            else "cpu", "fits": False, "micro_batch_size": None, "micro_batch_tried": {},
+            "vllm_kv_cache_gb": flags.rollout.vllm_kv_cache_gb}
 
     folder = saved_model(args, name, model) if args.sampler == "vllm" else None
     free_before = device_free_bytes(device)

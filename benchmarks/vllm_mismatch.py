@@ -171,7 +171,7 @@ def main():
     speed = {}
     for name, dtype in DTYPES.items():
         trainer = copy.deepcopy(model).to(dtype)
-        engine = VLLMSampler(str(folder), {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[name], cpu_kv_cache_gb=1.0)
+        engine = VLLMSampler(str(folder), {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[name], kv_cache_gb=1.0)
         engine.load_weights(model.named_parameters())
         vllm_out, vllm_speed = measure(engine, prompts, params)
         builtin_out, builtin_speed = measure(KVCacheSampler(model, dtype, "cpu", pad_token_id=SEP), prompts, params)

@@ -257,8 +257,9 @@ class RolloutArgs(Checked):
     max_prompt_length: int = 512
     # vLLM on GPU: fraction of GPU memory for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.5
-    # vLLM on CPU: GiB reserved for the KV cache.
-    vllm_cpu_kv_cache_gb: float = 2.0
+    # vLLM: GiB of its KV cache. None: 2 on CPU; on CUDA what --vllm-gpu-memory-utilization leaves after
+    # the weights. With sleep mode a cache sized to a step's sequences wakes faster after each update.
+    vllm_kv_cache_gb: Optional[float] = None
     # vLLM: reuse KV cache across prompts sharing a prefix.
     vllm_prefix_caching: bool = False
     # vLLM: no CUDA graphs (starts faster).
@@ -275,7 +276,7 @@ class RolloutArgs(Checked):
         checks.integer(self, "max_new_tokens", 1)
         checks.integer(self, "max_prompt_length", 1)
         checks.number(self, "vllm_gpu_memory_utilization", gt=0, le=1, why="a fraction of the GPU's memory")
-        checks.number(self, "vllm_cpu_kv_cache_gb", gt=0, why="GiB reserved for vLLM's KV cache")
+        checks.number(self, "vllm_kv_cache_gb", gt=0, why="GiB reserved for vLLM's KV cache")
 
 
 @dataclass
@@ -487,6 +488,9 @@ class Args(Checked):
         if self.backend == "oat" and t.micro_batch_tokens is not None:
             reject("micro_batch_tokens", t.micro_batch_tokens, "works with --backend local only; Oat cuts its "
                    "micro-batches by --micro-batch-size")
+        if self.backend == "oat" and r.vllm_kv_cache_gb is not None:
+            reject("vllm_kv_cache_gb", r.vllm_kv_cache_gb, "works with --backend local only; Oat sizes vLLM by "
+                   "--vllm-gpu-memory-utilization")
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")

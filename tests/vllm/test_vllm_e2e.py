@@ -43,7 +43,7 @@ def test_two_steps_with_vllm_sampler_sync_weights_every_step(tmp_path, arithmeti
     args = parse_args([
         "--model", str(arithmetic_model_dir), "--sampler", "vllm", "--dtype", dtype, "--algo", "grpo",
         "--steps", "2", "--prompts-per-step", "4", "--num-samples", "4", "--max-new-tokens", "6",
-        "--learning-rate", "1e-2", "--weight-decay", "1.0", "--vllm-cpu-kv-cache-gb", "0.25", "--max-prompt-length", "16",
+        "--learning-rate", "1e-2", "--weight-decay", "1.0", "--vllm-kv-cache-gb", "0.25", "--max-prompt-length", "16",
         "--wandb-mode", "disabled", "--output-dir", str(tmp_path),
     ])
     summary = run(args)

@@ -137,7 +137,7 @@ def test_construction_leaves_torch_threads_and_global_rng_as_they_were(trained):
     expected = torch.rand(3), np.random.rand(3), random.random()
     torch.manual_seed(123), np.random.seed(123), random.seed(123)
 
-    VLLMSampler(str(trained[1]), "float32", seed=7, cpu_kv_cache_gb=0.1)
+    VLLMSampler(str(trained[1]), "float32", seed=7, kv_cache_gb=0.1)
 
     assert torch.get_num_threads() == 2
     assert torch.equal(torch.rand(3), expected[0])
@@ -152,7 +152,7 @@ def test_a_kv_cache_too_small_for_one_sequence_is_one_line_naming_the_flags(trai
 
     _, folder = trained
     # About 1 KiB of KV cache: not one block of one sequence.
-    with pytest.raises(UserError, match="KV cache cannot hold one sequence .*--vllm-cpu-kv-cache-gb.*--max-new-tokens") \
+    with pytest.raises(UserError, match="KV cache cannot hold one sequence .*--vllm-kv-cache-gb.*--max-new-tokens") \
             as caught:
-        VLLMSampler(str(folder), "float32", cpu_kv_cache_gb=1e-6, max_model_len=64)
+        VLLMSampler(str(folder), "float32", kv_cache_gb=1e-6, max_model_len=64)
     assert "\n" not in str(caught.value) and isinstance(caught.value.__cause__, ValueError)

@@ -91,7 +91,7 @@ def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(
 
     model, folder = trained
     # What CUDA does by default; sleep mode is CUDA-only, so here it is ignored with a note.
-    sampler = VLLMSampler(str(folder), "float32", seed=0, cpu_kv_cache_gb=0.25, direct_push=True, sleep=True)
+    sampler = VLLMSampler(str(folder), "float32", seed=0, kv_cache_gb=0.25, direct_push=True, sleep=True)
     assert "sleep mode needs CUDA" in capsys.readouterr().out
     updated = _trained_further(model, recipe)
     sampler.sleep()
