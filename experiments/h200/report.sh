@@ -8,5 +8,5 @@ for f in loop-*.log; do [ -f "$f" ] && echo "== $f: $(grep -E '^step ' "$f" | ta
 grep -h " × " ladder*.log 2>/dev/null
 grep -h -E "Error|error:|Traceback" ./*.log 2>/dev/null | tail -n 5
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
-tar czf "$OUT/results.tgz" --exclude=checkpoints --exclude='*.safetensors' --exclude=models ./*.log ./*.json loop-* 2>/dev/null
+tar czf "$OUT/results.tgz" --exclude=checkpoints --exclude="*.safetensors" --exclude=models ./*.log ./*.json ./loop-*/ 2>/dev/null
 ls -la "$OUT"

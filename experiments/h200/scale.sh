@@ -7,12 +7,15 @@
 #                command of the reference single arm (before: ~3.0 s a step, ~20% in neither sampling
 #                nor updating), for the before/after
 #   loop-128x8   the same at 128 prompts × 8 samples, 5 steps (end-to-end generated tokens per second)
+#                Both loops size vLLM's KV cache to their step (--vllm-kv-cache-gb): with sleep mode it is
+#                mapped again after every update, and the first window's sync took 0.22 s at 42 GiB.
 #   ladder       the ladder's other cells ($LADDER_LENGTHS, default 4k), then the fp16/bf16 step-time
 #                ratio at 1k (alternating), until $DEADLINE
 #
 # Usage on the device machine, repo root, with the bundle installed as ../shared/gpu/README.md says:
 #   HF=<SmolLM2 HF folder> RUNS=<results folder> DEADLINE=<epoch seconds> bash experiments/h200/scale.sh
-# Everything lands in $RUNS: each loop's folder and log, ladder.json and ladder.log.
+# (experiments/h200/install.sh sets the machine up; experiments/h200/report.sh watches the runs)
+# Everything lands in $RUNS: each loop's folder and log, and each ladder's NAME.json and NAME.log.
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
@@ -41,8 +44,12 @@ ladder() {  # NAME, then the ladder flags that differ
 
 # The most uncertain cell first: does the 1.5B shape at 8k tokens run at all?
 ladder ladder-8k --response-lengths 8192 --ratio-repeats 0 --cell-timeout-s 480
-loop loop-128x8 --prompts-per-step 128 --num-samples 8 --micro-batch-size 64 --vllm-gpu-memory-utilization 0.5 --steps 5
-loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20
+# SmolLM2's KV cache takes 23,040 bytes a token: 8 × 4 × (≤ 512 + 768) tokens need 0.9 GiB, 128 × 8 need 28.
+# KV_8X4 / KV_128X8 = "" size it by the utilization instead (what the first window ran).
+loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20 \
+  ${KV_8X4---vllm-kv-cache-gb 2}
+loop loop-128x8 --prompts-per-step 128 --num-samples 8 --micro-batch-size 64 --vllm-gpu-memory-utilization 0.5 --steps 5 \
+  ${KV_128X8---vllm-kv-cache-gb 30}
 # shellcheck disable=SC2086
 ladder ladder --response-lengths ${LADDER_LENGTHS:-4096}
 echo "$(date +%T) done" >> "$RUNS/phases.log"
