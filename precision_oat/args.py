@@ -264,6 +264,9 @@ class RolloutArgs(Checked):
     vllm_prefix_caching: bool = False
     # vLLM: no CUDA graphs (starts faster).
     vllm_enforce_eager: bool = True
+    # vLLM: most sequences decoded at once; None is vLLM's default (1024 on an H100/H200, whose CUDA
+    # graphs cover batches up to 512: larger batches decode without them).
+    vllm_max_num_seqs: Optional[int] = None
     # vLLM on CUDA: release its KV cache and weights while the learner updates (sleep mode); ignored on CPU.
     vllm_sleep: bool = True
 
@@ -277,6 +280,7 @@ class RolloutArgs(Checked):
         checks.integer(self, "max_prompt_length", 1)
         checks.number(self, "vllm_gpu_memory_utilization", gt=0, le=1, why="a fraction of the GPU's memory")
         checks.number(self, "vllm_kv_cache_gb", gt=0, why="GiB reserved for vLLM's KV cache")
+        checks.integer(self, "vllm_max_num_seqs", 1, why="leave it unset for vLLM's default")
 
 
 @dataclass
@@ -488,9 +492,9 @@ class Args(Checked):
         if self.backend == "oat" and t.micro_batch_tokens is not None:
             reject("micro_batch_tokens", t.micro_batch_tokens, "works with --backend local only; Oat cuts its "
                    "micro-batches by --micro-batch-size")
-        if self.backend == "oat" and r.vllm_kv_cache_gb is not None:
-            reject("vllm_kv_cache_gb", r.vllm_kv_cache_gb, "works with --backend local only; Oat sizes vLLM by "
-                   "--vllm-gpu-memory-utilization")
+        for name in ("vllm_kv_cache_gb", "vllm_max_num_seqs"):
+            if self.backend == "oat" and getattr(r, name) is not None:
+                reject(name, getattr(r, name), "works with --backend local only; Oat builds its vLLM engines itself")
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")

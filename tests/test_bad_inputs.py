@@ -61,6 +61,8 @@ BAD_INPUTS: list[Bad] = [
     bad("--vllm-gpu-memory-utilization", "1.5"),
     bad("--vllm-kv-cache-gb", "0"),
     bad("--backend", "oat", "--vllm-kv-cache-gb", "4", flag="--vllm-kv-cache-gb"),
+    bad("--vllm-max-num-seqs", "0"),
+    bad("--backend", "oat", "--vllm-max-num-seqs", "512", flag="--vllm-max-num-seqs"),
     # --- learner ---
     bad("--steps", "-1"),
     bad("--learning-rate", "0"),

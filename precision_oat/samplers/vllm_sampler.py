@@ -152,6 +152,7 @@ class VLLMSampler:
         gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only).
         kv_cache_gb: KV cache size in GiB; None: :data:`CPU_KV_CACHE_GB` on CPU, and on CUDA what
             ``gpu_memory_utilization`` leaves after the weights.
+        max_num_seqs: most sequences decoded at once; None is vLLM's default.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the G samples of a
             prompt); reset after every weight load.
         enforce_eager: skip CUDA-graph capture and compilation (faster start, slower decode).
@@ -170,6 +171,7 @@ class VLLMSampler:
         max_model_len: Optional[int] = None,
         gpu_memory_utilization: float = 0.5,
         kv_cache_gb: Optional[float] = None,
+        max_num_seqs: Optional[int] = None,
         enable_prefix_caching: bool = False,
         enforce_eager: bool = True,
         sleep: bool = False,
@@ -198,6 +200,8 @@ class VLLMSampler:
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
         if kv_cache_gb is not None:
             engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+        if max_num_seqs is not None:
+            engine_kwargs["max_num_seqs"] = max_num_seqs
         on_cuda = current_platform.is_cuda_alike()
         if sleep and not on_cuda:
             print("note: vLLM's sleep mode needs CUDA; the sampler keeps its memory while the learner updates",
@@ -424,6 +428,7 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         max_model_len=min(longest, limit) if limit else longest,
         gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
         kv_cache_gb=rollout.vllm_kv_cache_gb,
+        max_num_seqs=rollout.vllm_max_num_seqs,
         enable_prefix_caching=rollout.vllm_prefix_caching,
         enforce_eager=rollout.vllm_enforce_eager,
         sleep=rollout.vllm_sleep,

@@ -156,3 +156,18 @@ def test_a_kv_cache_too_small_for_one_sequence_is_one_line_naming_the_flags(trai
             as caught:
         VLLMSampler(str(folder), "float32", kv_cache_gb=1e-6, max_model_len=64)
     assert "\n" not in str(caught.value) and isinstance(caught.value.__cause__, ValueError)
+
+
+def test_vllm_max_num_seqs_caps_the_running_batch_and_every_request_still_completes(trained):
+    from precision_oat.args import RolloutArgs
+    from precision_oat.models import Policy
+    from precision_oat.samplers.sampler import SamplingParams
+    from precision_oat.samplers.vllm_sampler import vllm_sampler_for
+
+    model, folder = trained
+    rollout = RolloutArgs(sampler="vllm", vllm_max_num_seqs=2, vllm_kv_cache_gb=0.1, max_prompt_length=8)
+    sampler = vllm_sampler_for(Policy(model, None, folder), "float32", rollout, seed=0, folder=None, longest_response=4)
+    assert sampler._llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == 2
+    # Six requests through a batch of at most two: the rest wait their turn, none is dropped.
+    completions = sampler.generate([[1, 2, 3], [4, 5]], SamplingParams(n=3, max_new_tokens=4, stop_token_ids=(), seed=0))
+    assert len(completions) == 6 and all(len(c.response_ids) == 4 for c in completions)
