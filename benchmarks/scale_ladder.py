@@ -20,8 +20,9 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     learner_peak_gb             torch.cuda.max_memory_allocated during the update, less what the
                                 sampler kept allocated when the learner was built
     learner_kept_gb             allocated after the update, while vLLM wakes (weights, gradients,
-                                optimiser state); a cell whose vLLM cannot wake beside it records the
-                                error with the micro-batch and these two figures
+                                optimiser state); learner_cached_gb what its allocator still holds
+                                beyond that once emptied, free_before_wake_gb the device's free memory
+                                then; a cell whose vLLM cannot wake records the error with these figures
     vllm_kv_cache_gb            vLLM's KV cache: one step's sequences (kv_cache_gb), or None where the
                                 utilization sizes it (--no-kv-cache-for-the-step)
     sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation;
@@ -269,8 +270,12 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
         if cuda:
             peak = max(peak, torch.cuda.max_memory_allocated(device))
             cell["learner_peak_gb"] = gib(peak - allocated_before_learner)
-            # What stays on the device while vLLM wakes: the learner's weights, gradients and optimiser state.
+            # What stays on the device while vLLM wakes: the learner's weights, gradients and optimiser state,
+            # and whatever its allocator cannot give back (blocks that share a segment with a live tensor).
+            torch.cuda.empty_cache()
             cell["learner_kept_gb"] = gib(torch.cuda.memory_allocated(device))
+            cell["learner_cached_gb"] = gib(torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+            cell["free_before_wake_gb"] = gib(device_free_bytes(device))
         synced = finished(device)
         try:
             push_weights(sampler, learner.export_weights(), precision)
