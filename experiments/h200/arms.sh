@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# RL arms side by side on one H200: the paper's pair (vLLM sampler × DeepSpeed ZeRO-1) on the
+# counting task with SmolLM2, the command of benchmarks/results/h200_round5 with the scale work's
+# memory settings: vLLM sleeps during each update and its KV cache holds one step (--vllm-kv-cache-gb),
+# so the arms share the GPU's compute, not its memory.
+#
+#   ARMS   "NAME ALGO DTYPE SEED" entries separated by ";" (default: round 5's five arms)
+#   STEPS  steps per arm (default 200); EXTRA: flags added to every arm (e.g. a larger --learning-rate)
+#
+# Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
+#   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/arms.sh     (returns once all have started)
+#   RUNS=<results folder> bash experiments/h200/report.sh                    (progress, and the results tar)
+set -uo pipefail
+HF=${HF:?set HF to the SmolLM2 HF folder}
+RUNS=${RUNS:?set RUNS to a results folder}
+STEPS=${STEPS:-200}
+ARMS=${ARMS:-"pg-fp16-s0 pg fp16 0;pg-fp16-s1 pg fp16 1;pg-bf16-s0 pg bf16 0;pg-bf16-s1 pg bf16 1;grpo-tis-bf16-s0 grpo-tis bf16 0"}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+mkdir -p "$RUNS"
+
+start() {  # NAME ALGO DTYPE SEED
+  echo "$(date +%T) $1" >> "$RUNS/phases.log"
+  # shellcheck disable=SC2086
+  setsid nohup python3 -m precision_oat.main --model "$HF" --task counting --sampler vllm --learner deepspeed \
+    --zero-stage 1 --device cuda --prompts-per-step 8 --num-samples 4 --max-new-tokens 768 --temperature 1.0 \
+    --learning-rate 2e-5 --micro-batch-size 4 --save-every 1000 --eval-every 50 --eval-samples 4 \
+    --vllm-gpu-memory-utilization 0.05 --vllm-kv-cache-gb 2 --no-vllm-enforce-eager --wandb-mode disabled \
+    --log-every 1 --steps "$STEPS" --algo "$2" --dtype "$3" --seed "$4" --output-dir "$RUNS/$1" ${EXTRA:-} \
+    > "$RUNS/$1.log" 2>&1 < /dev/null &
+}
+
+IFS=';' read -ra arms <<< "$ARMS"
+for arm in "${arms[@]}"; do
+  # shellcheck disable=SC2086
+  start $arm
+  # vLLM profiles the device's free memory at start-up: one engine starts at a time.
+  sleep 30
+done
