@@ -26,10 +26,9 @@ LEARNER_MEMORY_FLAGS = ("lower --micro-batch-size or set --micro-batch-tokens, a
                         "--vllm-gpu-memory-utilization")
 SAMPLER_MEMORY_FLAGS = ("lower --vllm-gpu-memory-utilization (or --max-new-tokens, which sizes its context), "
                         "or free the GPU of other processes")
-
-
-SAMPLER_WAKE_MEMORY_FLAGS = ("lower --vllm-gpu-memory-utilization: the learner's weights, gradients and optimiser "
-                             "state stay on the GPU while vLLM is awake")
+SAMPLER_WAKE_MEMORY_FLAGS = ("size vLLM's KV cache to a step with --vllm-kv-cache-gb, or lower "
+                             "--vllm-gpu-memory-utilization: the learner's weights, gradients and optimiser state stay "
+                             "on the GPU while vLLM is awake")
 # How vLLM's sleep-mode allocator reports a failed allocation (a RuntimeError, not torch's OutOfMemoryError).
 VLLM_OUT_OF_MEMORY = "CUDA Error: out of memory"
 

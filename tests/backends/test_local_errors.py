@@ -186,7 +186,8 @@ def test_vllms_own_out_of_memory_gets_the_device_memory_and_the_flag_to_lower():
             raise vllm_error
     message = str(caught.value)
     assert "\n" not in message and message.startswith("out of GPU memory in vLLM's wake-up (weights) after the update")
-    assert "--vllm-gpu-memory-utilization" in message and caught.value.__cause__ is vllm_error
+    assert "--vllm-kv-cache-gb" in message and "--vllm-gpu-memory-utilization" in message
+    assert caught.value.__cause__ is vllm_error
     expected = "GiB free; this process's tensors hold" if torch.cuda.is_available() else "no CUDA device to report on"
     assert expected in message
     # Any other RuntimeError is a bug and keeps its own traceback.
