@@ -116,6 +116,8 @@ class LadderArgs:
     kv_cache_for_the_step: bool = True
     # vLLM's sleep mode: its KV cache and weights are released during the update (CUDA).
     vllm_sleep: bool = True
+    # vLLM without CUDA graphs: a faster start, a much slower decode (64 × 8k tokens: 113 s eager on an H200).
+    vllm_enforce_eager: bool = False
     # Model shapes of the fp16/bf16 step-time ratio.
     ratio_models: tuple[str, ...] = ("qwen2.5-1.5b",)
     # Response length of the ratio's cells.
@@ -205,7 +207,7 @@ def cell_args(args: LadderArgs, response_len: int, dtype: DType, micro_batch_siz
         rollout=RolloutArgs(sampler=args.sampler, prompts_per_step=args.prompts_per_step, num_samples=args.num_samples,
                             max_new_tokens=response_len, max_prompt_length=args.prompt_len,
                             vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_sleep=args.vllm_sleep,
-                            vllm_kv_cache_gb=kv_cache),
+                            vllm_kv_cache_gb=kv_cache, vllm_enforce_eager=args.vllm_enforce_eager),
         train=TrainArgs(learner=args.learner, zero_stage=args.zero_stage, micro_batch_size=micro_batch_size,
                         learning_rate=1e-6, device=args.device),
     )
