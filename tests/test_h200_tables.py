@@ -1,0 +1,43 @@
+"""The H200 tables docs/results.md quotes are what the scripts compute from the committed metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _numbers(line: str) -> list[float]:
+    """The figures of the table row's cells after the first (μ buckets, shares, positions, slope, self-gap)."""
+    cells = line.split("|")[2:7]
+    return [float(x) for cell in cells for x in NUMBER.findall(cell)]
+
+
+@pytest.mark.parametrize("dtype", ["bf16 (5)", "fp16 (4)", "fp32 (1)"])
+def test_the_instruments_quoted_in_results_are_those_of_the_round5_metrics(dtype):
+    instruments = _load(ROOT / "experiments" / "h200" / "instruments.py")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        instruments.main([RESULTS / "h200_round5", RESULTS / "h200_round5" / "reference"])
+    [computed] = [line for line in out.getvalue().splitlines() if line.startswith(f"| {dtype} |")]
+    [quoted] = [line for line in (ROOT / "docs" / "results.md").read_text().splitlines()
+                if line.startswith(f"| {dtype} |")]
+    # The page drops the phantom column (all zero, said in words) and shows two significant digits.
+    got, shown = _numbers(computed), _numbers(quoted)
+    assert len(shown) == 14
+    assert got == pytest.approx(shown, rel=0.06)
