@@ -9,7 +9,7 @@
 #   loop-128x8   the same at 128 prompts × 8 samples, 5 steps (end-to-end generated tokens per second);
 #                loop-128x8-seqs512 again with --vllm-max-num-seqs 512
 #                Both loops size vLLM's KV cache to their step (--vllm-kv-cache-gb): with sleep mode it is
-#                mapped again after every update, and the first window's sync took 0.22 s at 42 GiB.
+#                mapped again after every update (the sync took 0.22 s with a 42 GiB cache).
 #   ladder       the ladder's other cells ($LADDER_LENGTHS, default 4k), then the fp16/bf16 step-time
 #                ratio at 1k (alternating), until $DEADLINE
 #
@@ -46,7 +46,7 @@ ladder() {  # NAME, then the ladder flags that differ
 # The most uncertain cell first: does the 1.5B shape at 8k tokens run at all?
 ladder ladder-8k --response-lengths 8192 --ratio-repeats 0 --cell-timeout-s 480
 # SmolLM2's KV cache takes 23,040 bytes a token: 8 × 4 × (≤ 512 + 768) tokens need 0.9 GiB, 128 × 8 need 28.
-# KV_8X4 / KV_128X8 = "" size it by the utilization instead (what the first window ran).
+# KV_8X4 / KV_128X8 = "" size it by the utilization instead (what benchmarks/results/h200_scale ran).
 loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20 \
   ${KV_8X4---vllm-kv-cache-gb 2}
 loop loop-128x8 --prompts-per-step 128 --num-samples 8 --micro-batch-size 64 --vllm-gpu-memory-utilization 0.5 --steps 5 \
