@@ -25,6 +25,7 @@ from precision_oat.checks import Checked, reject
 from precision_oat.errors import UserError
 from precision_oat.precision.policy import RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScalingMode, Precision
 from precision_oat.tasks.arithmetic import ARITHMETIC_TEMPLATES
+from precision_oat.tasks.counting import SHOWN as COUNT_SHOWN
 from precision_oat.tasks.task import DEFAULT_GRADING_TIMEOUT_S
 from precision_oat.tasks.templates import TEMPLATE_NAMES
 
@@ -206,6 +207,9 @@ class TaskArgs(Checked):
     task: Literal["arithmetic", "math", "counting"] = "arithmetic"
     # Largest operand of the arithmetic task's sums.
     max_operand: int = 49
+    # Counting task: each prompt asks for a count of MIN to MAX numbers (three-digit numbers: ~4
+    # tokens each, so 250 300 asks for answers of ~1,000-1,200 tokens).
+    count_lengths: tuple[int, int] = (80, 100)
     # Training prompts: a datasets folder, a .parquet/.jsonl file or a hub id; None uses the task's own.
     prompt_data: Optional[str] = None
     # Split of --prompt-data.
@@ -227,6 +231,10 @@ class TaskArgs(Checked):
         super().check()
         # The arithmetic task lists every pair of operands: (max_operand + 1)² of them.
         checks.integer(self, "max_operand", 1, 999, why="the arithmetic task lists every pair of operands")
+        low, high = self.count_lengths
+        if not COUNT_SHOWN < low <= high:
+            reject("count_lengths", self.count_lengths, f"needs {COUNT_SHOWN} < MIN ≤ MAX (the prompt shows the first "
+                   f"{COUNT_SHOWN} numbers of each count)")
         for name in ("prompt_data", "train_split", "input_key", "output_key", "prompt_template"):
             checks.text(self, name)
         checks.integer(self, "max_train", 1, why="leave it unset to use every prompt")

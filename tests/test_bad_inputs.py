@@ -63,6 +63,9 @@ BAD_INPUTS: list[Bad] = [
     bad("--backend", "oat", "--vllm-kv-cache-gb", "4", flag="--vllm-kv-cache-gb"),
     bad("--vllm-max-num-seqs", "0"),
     bad("--backend", "oat", "--vllm-max-num-seqs", "512", flag="--vllm-max-num-seqs"),
+    # --- task ---
+    bad("--task", "counting", "--count-lengths", "10", "20", flag="--count-lengths"),
+    bad("--task", "counting", "--count-lengths", "300", "250", flag="--count-lengths"),
     # --- learner ---
     bad("--steps", "-1"),
     bad("--learning-rate", "0"),

@@ -26,7 +26,8 @@ def build_task(task, evaluation, tokenizer=None) -> Task:
         if t.prompt_data is not None:
             raise UserError("--prompt-data applies to --task math; the counting task makes its own prompts")
         sizes = {"num_train": t.max_train} if t.max_train else {}
-        return CountingTask(truncated_reward=t.truncated_reward, eval_limit=evaluation.eval_limit, **sizes, **template)
+        return CountingTask(min_count=t.count_lengths[0], max_count=t.count_lengths[1], truncated_reward=t.truncated_reward,
+                            eval_limit=evaluation.eval_limit, **sizes, **template)
     from precision_oat.tasks.math import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, MathTask
 
     e = evaluation

@@ -82,7 +82,8 @@ class CountingTask(Task):
         if num_train < 0 or num_eval < 0 or num_train + num_eval > starts:
             raise UserError(
                 f"counting task: {num_train} training + {num_eval} held-out prompts need as many distinct starts, "
-                f"but {low}..{high} with counts up to {max_count} has {max(starts, 0)}; lower the sizes or widen the range"
+                f"but {low}..{high} with counts up to {max_count} has {max(starts, 0)}; lower the largest count "
+                f"(--count-lengths) or the prompts (--max-train)"
             )
         self.low, self.span = low, starts
         self.truncated_reward = truncated_reward

@@ -139,3 +139,13 @@ def test_a_counting_run_with_too_few_new_tokens_stops_before_sampling(tmp_path, 
     with pytest.raises(UserError, match=r"^--max-new-tokens 8: the counting task's shortest right answer"):
         train(make_args(model=str(embedded_policy_dir), task="counting", max_new_tokens=8, output_dir=str(out)))
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "run.lock"]
+
+
+def test_count_lengths_sets_how_many_numbers_each_answer_holds():
+    task = build_task(TaskArgs(task="counting", count_lengths=(250, 290)), EvalArgs())
+    counts = [int(e.reference) - int(e.question) + 1 for e in task.train_set() + task.eval_sets()["counting"]]
+    assert len(counts) == 512 + 64 and min(counts) >= 250 and max(counts) <= 290
+    assert max(counts) - min(counts) > 30  # spread over the range, not one length
+    # 512 + 64 distinct starts among the three-digit numbers leave room for counts up to 325.
+    with pytest.raises(UserError, match=r"--count-lengths.*--max-train"):
+        build_task(TaskArgs(task="counting", count_lengths=(320, 340)), EvalArgs())
