@@ -5,7 +5,11 @@
 # so the arms share the GPU's compute, not its memory.
 #
 #   ARMS   "NAME ALGO DTYPE SEED" entries separated by ";" (default: round 5's five arms)
-#   STEPS  steps per arm (default 200); EXTRA: flags added to every arm (e.g. a larger --learning-rate)
+#   STEPS  steps per arm (default 200); EXTRA: flags added to every arm, after (so over) the ones below
+#
+# A pair built to stress bf16 (answers of ~1,000–1,200 tokens, a larger learning rate, more steps):
+#   ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" STEPS=300 \
+#   EXTRA="--count-lengths 250 290 --max-new-tokens 1280 --learning-rate 5e-5" HF=… RUNS=… bash experiments/h200/arms.sh
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/arms.sh     (returns once all have started)
