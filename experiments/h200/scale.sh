@@ -7,7 +7,7 @@
 #                command of the reference single arm (before: ~3.0 s a step, ~20% in neither sampling
 #                nor updating), for the before/after
 #   loop-128x8   the same at 128 prompts × 8 samples, 5 steps (end-to-end generated tokens per second);
-#                loop-128x8-seqs512 again with --vllm-max-num-seqs 512
+#                loop-128x8-tuned again with --vllm-max-num-seqs 512 and --micro-batch-tokens
 #                Both loops size vLLM's KV cache to their step (--vllm-kv-cache-gb): with sleep mode it is
 #                mapped again after every update (the sync took 0.22 s with a 42 GiB cache).
 #   ladder       the ladder's other cells ($LADDER_LENGTHS, default 4k), then the fp16/bf16 step-time
@@ -51,9 +51,10 @@ loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-g
   ${KV_8X4---vllm-kv-cache-gb 2}
 loop loop-128x8 --prompts-per-step 128 --num-samples 8 --micro-batch-size 64 --vllm-gpu-memory-utilization 0.5 --steps 5 \
   ${KV_128X8---vllm-kv-cache-gb 30}
-# vLLM's CUDA graphs cover decode batches up to 512: the same step with at most 512 sequences at once.
-loop loop-128x8-seqs512 --prompts-per-step 128 --num-samples 8 --micro-batch-size 64 --vllm-gpu-memory-utilization 0.5 \
-  --steps 5 ${KV_128X8---vllm-kv-cache-gb 30} --vllm-max-num-seqs 512
+# Tuned: vLLM decodes at most 512 sequences at once (its CUDA graphs cover batches up to 512), and the
+# learner packs rows of similar length (micro-batches of the same padded size as above, 64 × 832).
+loop loop-128x8-tuned --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
+  --vllm-gpu-memory-utilization 0.5 --steps 5 ${KV_128X8---vllm-kv-cache-gb 30} --vllm-max-num-seqs 512
 # shellcheck disable=SC2086
 ladder ladder --response-lengths ${LADDER_LENGTHS:-4096}
 echo "$(date +%T) done" >> "$RUNS/phases.log"
