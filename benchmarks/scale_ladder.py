@@ -186,10 +186,10 @@ def step_flops(model, num_sequences: int, seq_len: int) -> float:
     return num_sequences * ((6 + 2) * n * seq_len + (12 + 4) * attention)
 
 
-def kv_cache_gb(config, sequences: int, tokens: int) -> float:
-    """GiB of a 16-bit KV cache that holds ``sequences`` of ``tokens`` at once, with 10% and 0.5 GiB to spare."""
+def kv_cache_gb(config, sequences: int, tokens: int, dtype: DType) -> float:
+    """GiB of a KV cache in ``dtype`` that holds ``sequences`` of ``tokens`` at once, with 10% and 0.5 GiB to spare."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 2
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * (4 if dtype == "fp32" else 2)
     return gib(1.1 * sequences * tokens * per_token) + 0.5
 
 
@@ -199,7 +199,7 @@ def cell_args(args: LadderArgs, response_len: int, dtype: DType, micro_batch_siz
 
     kv_cache = None
     if args.kv_cache_for_the_step and config is not None:
-        kv_cache = kv_cache_gb(config, args.prompts_per_step * args.num_samples, args.prompt_len + response_len)
+        kv_cache = kv_cache_gb(config, args.prompts_per_step * args.num_samples, args.prompt_len + response_len, dtype)
     return Args(
         model=ModelArgs(gradient_checkpointing=args.gradient_checkpointing),
         precision=PrecisionArgs(dtype=dtype),

@@ -89,11 +89,12 @@ def test_step_flops_count_update_and_rescoring_with_the_attention_term():
     assert ladder.step_flops(model, 3, 10) == expected
 
 
-def test_the_kv_cache_of_a_cell_holds_its_sequences_at_16_bits():
+def test_the_kv_cache_of_a_cell_holds_its_sequences_in_its_dtype():
     # The paper's 1.5B shape: 28 layers, 2 KV heads of 128; 64 sequences of 8,320 tokens.
     config = ladder.build_config("qwen2.5-1.5b")
     per_token = 2 * 28 * 2 * 128 * 2  # K and V, every layer, 2 bytes
-    assert ladder.kv_cache_gb(config, 64, 8320) == 1.1 * 64 * 8320 * per_token / 2**30 + 0.5
+    assert ladder.kv_cache_gb(config, 64, 8320, "fp16") == 1.1 * 64 * 8320 * per_token / 2**30 + 0.5
+    assert ladder.kv_cache_gb(config, 64, 8320, "fp32") == 1.1 * 64 * 8320 * 2 * per_token / 2**30 + 0.5
     args = ladder.LadderArgs(prompts_per_step=8, num_samples=8, prompt_len=128)
     assert ladder.cell_args(args, 8192, "fp16", 4, config).rollout.vllm_kv_cache_gb == pytest.approx(16.1, abs=0.05)
     assert ladder.cell_args(dataclasses.replace(args, kv_cache_for_the_step=False), 8192, "fp16", 4, config) \
