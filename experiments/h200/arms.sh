@@ -37,6 +37,6 @@ IFS=';' read -ra arms <<< "$ARMS"
 for arm in "${arms[@]}"; do
   # shellcheck disable=SC2086
   start $arm
-  # vLLM profiles the device's free memory at start-up: one engine starts at a time.
+  # One engine starts at a time: its start-up compiles the model and captures CUDA graphs.
   sleep 30
 done

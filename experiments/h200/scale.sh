@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's scale on one H200 (docs/results.md §5): SmolLM2's RL loop with the co-located vLLM
+# The paper's scale on one H200 (docs/results.md §4d): SmolLM2's RL loop with the co-located vLLM
 # (sleep mode, weights pushed from the learner's GPU tensors), then the scale ladder.
 #
 #   ladder-8k    benchmarks/scale_ladder.py: does the 1.5B shape run RL steps with 8k-token responses?
