@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # RL arms side by side on one H200: the paper's pair (vLLM sampler × DeepSpeed ZeRO-1) on the
 # counting task with SmolLM2, the command of benchmarks/results/h200_round5 with the scale work's
-# memory settings: vLLM sleeps during each update and its KV cache holds one step (--vllm-kv-cache-gb),
+# memory settings: vLLM sleeps during each update and its KV cache holds one evaluation (64 × 4 × ≤ 830
+# tokens, 4.9 GiB for SmolLM2) rather than a share of the GPU (--vllm-kv-cache-gb 6),
 # so the arms share the GPU's compute, not its memory.
 #
 #   ARMS   "NAME ALGO DTYPE SEED" entries separated by ";" (default: round 5's five arms)
@@ -28,7 +29,7 @@ start() {  # NAME ALGO DTYPE SEED
   setsid nohup python3 -m precision_oat.main --model "$HF" --task counting --sampler vllm --learner deepspeed \
     --zero-stage 1 --device cuda --prompts-per-step 8 --num-samples 4 --max-new-tokens 768 --temperature 1.0 \
     --learning-rate 2e-5 --micro-batch-size 4 --save-every 1000 --eval-every 50 --eval-samples 4 \
-    --vllm-gpu-memory-utilization 0.05 --vllm-kv-cache-gb 2 --no-vllm-enforce-eager --wandb-mode disabled \
+    --vllm-gpu-memory-utilization 0.05 --vllm-kv-cache-gb 6 --no-vllm-enforce-eager --wandb-mode disabled \
     --log-every 1 --steps "$STEPS" --algo "$2" --dtype "$3" --seed "$4" --output-dir "$RUNS/$1" ${EXTRA:-} \
     > "$RUNS/$1.log" 2>&1 < /dev/null &
 }
