@@ -103,7 +103,7 @@ def time_sampler(args: BenchArgs, policy, dtype: DType, sampler_kind: str, devic
     from precision_oat.samplers.sampler import SamplingParams
 
     rollout = RolloutArgs(sampler=sampler_kind, max_new_tokens=args.response_len, max_prompt_length=args.prompt_len,
-                          vllm_gpu_memory_utilization=0.2, vllm_enforce_eager=False)
+                          vllm_gpu_memory_utilization=0.2)
     sampler = build_sampler(policy, Precision.from_flags(dtype), device, rollout, 0, folder=folder)
     prompts = synthetic_rollout(args, policy.model.config.vocab_size).input_ids[:, : args.prompt_len].tolist()
     sampler.generate(prompts[:8], SamplingParams(1, 1.0, 1.0, 8, (), 0))

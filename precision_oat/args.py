@@ -270,8 +270,8 @@ class RolloutArgs(Checked):
     vllm_kv_cache_gb: Optional[float] = None
     # vLLM: reuse KV cache across prompts sharing a prefix.
     vllm_prefix_caching: bool = False
-    # vLLM: no CUDA graphs (starts faster).
-    vllm_enforce_eager: bool = True
+    # vLLM: no CUDA graphs or compilation (a faster start, a much slower decode); always so on CPU.
+    vllm_enforce_eager: bool = False
     # vLLM: most sequences decoded at once; None is vLLM's default (1024 on an H100/H200, whose CUDA
     # graphs cover batches up to 512: larger batches decode without them).
     vllm_max_num_seqs: Optional[int] = None

@@ -15,7 +15,8 @@ Departures from vLLM's defaults:
     2. The KV cache gets exactly ``kv_cache_gb`` when it is given (``kv_cache_memory_bytes``),
        and on CPU always (:data:`CPU_KV_CACHE_GB` by default; ``VLLM_CPU_KVCACHE_SPACE`` is the
        same knob in whole GiB, and is removed so that it cannot override this one): vLLM-CPU
-       otherwise sizes it from ``gpu_memory_utilization`` of the whole machine's RAM.
+       otherwise sizes it from ``gpu_memory_utilization`` of the whole machine's RAM. On CPU the
+       engine also runs eagerly (``enforce_eager``): there are no CUDA graphs to capture.
     3. vLLM-CPU pins torch to one intra-op thread and disables ``torch.set_num_threads``
        for the whole process; both are restored after start-up, since the learner shares
        the process and its threads.
@@ -155,7 +156,8 @@ class VLLMSampler:
         max_num_seqs: most sequences decoded at once; None is vLLM's default.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the G samples of a
             prompt); reset after every weight load.
-        enforce_eager: skip CUDA-graph capture and compilation (faster start, slower decode).
+        enforce_eager: skip CUDA-graph capture and compilation (faster start, much slower decode); always
+            so on CPU.
         sleep: build the engine with sleep mode, so that :meth:`sleep` frees its GPU memory
             (departure 9); ignored, with a note, where the engine is not on CUDA.
         direct_push: push every weight straight from the caller's tensors (departure 8); None
@@ -173,7 +175,7 @@ class VLLMSampler:
         kv_cache_gb: Optional[float] = None,
         max_num_seqs: Optional[int] = None,
         enable_prefix_caching: bool = False,
-        enforce_eager: bool = True,
+        enforce_eager: bool = False,
         sleep: bool = False,
         direct_push: Optional[bool] = None,
     ):
@@ -198,6 +200,7 @@ class VLLMSampler:
         if current_platform.is_cpu():
             kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+            enforce_eager = True  # departure 2
         if kv_cache_gb is not None:
             engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         if max_num_seqs is not None:

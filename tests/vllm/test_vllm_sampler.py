@@ -171,3 +171,9 @@ def test_vllm_max_num_seqs_caps_the_running_batch_and_every_request_still_comple
     # Six requests through a batch of at most two: the rest wait their turn, none is dropped.
     completions = sampler.generate([[1, 2, 3], [4, 5]], SamplingParams(n=3, max_new_tokens=4, stop_token_ids=(), seed=0))
     assert len(completions) == 6 and all(len(c.response_ids) == 4 for c in completions)
+
+
+def test_the_engine_runs_eagerly_on_cpu_whatever_it_was_asked(trained):
+    _, folder = trained
+    sampler = VLLMSampler(str(folder), "float32", kv_cache_gb=0.1, enforce_eager=False)
+    assert sampler._llm.llm_engine.vllm_config.model_config.enforce_eager
