@@ -1,4 +1,4 @@
-"""The H200 tables docs/results.md quotes are what the scripts compute from the committed metrics."""
+"""The H200 tables docs/results.md quotes (§4c instruments, §4d loops) are what the scripts compute from the committed metrics."""
 
 from __future__ import annotations
 
@@ -41,3 +41,27 @@ def test_the_instruments_quoted_in_results_are_those_of_the_round5_metrics(dtype
     got, shown = _numbers(computed), _numbers(quoted)
     assert len(shown) == 14
     assert got == pytest.approx(shown, rel=0.06)
+
+
+def _figure(cell: str) -> float:
+    """A table cell's figure: "2.86", "11,814" or "6.2k"."""
+    text = cell.strip().split()[0].replace(",", "")
+    return float(text[:-1]) * 1000 if text.endswith("k") else float(text)
+
+
+def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
+    summarize = _load(RESULTS / "h200_scale" / "summarize.py")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        summarize.main(RESULTS / "h200_scale")
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.getvalue().splitlines()
+            if line.startswith("| loop-")}
+    page = {line.split("|")[1].strip(): line.split("|") for line in (ROOT / "docs" / "results.md").read_text().splitlines()
+            if line.startswith("| ")}
+    # results.md §4d: column 3 is "after, 8 × 4", column 4 "after, 128 × 8"; summarize.py's columns
+    # 4-7 are s/step, response tokens/step, sampler tok/s and end-to-end tok/s.
+    for quoted, column in (("s per step (median)", 4), ("response tokens per step", 5), ("vLLM sampler, tok/s", 6),
+                           ("generated tok/s, end to end", 7)):
+        for loop, page_column in (("loop-8x4", 3), ("loop-128x8", 4)):
+            assert _figure(page[quoted][page_column]) == pytest.approx(_figure(rows[loop][column]), rel=0.01), \
+                (quoted, loop)
