@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+REPO = Path(__file__).resolve().parents[1]
 # The embedded policy is cached here across test sessions (and shared with `make run`).
 os.environ.setdefault("PRECISION_OAT_CACHE", os.path.expanduser("~/.cache/precision-oat"))
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -66,3 +70,13 @@ def byte_model_dir(tmp_path_factory):
     return save_byte_model(tmp_path_factory.mktemp("byte-model"), Qwen2Config, hidden_size=32, intermediate_size=64,
                            num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                            max_position_embeddings=4096)
+
+
+def load_script(relative: str):
+    """A script of the repository (``benchmarks/…``, ``experiments/…``) imported as a module named after its file."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

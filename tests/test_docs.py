@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from precision_oat.args import LogArgs, PrecisionArgs
 from precision_oat.checks import flag
 from precision_oat.precision.mismatch_metrics import mismatch_histograms, mismatch_metrics
 from precision_oat.runs.resume import SAFE_ON_RESUME
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPTS = (ROOT / "docs" / "concepts.md").read_text()
@@ -149,20 +149,11 @@ def _flags_of(cls: type) -> set[str]:
 
 
 def _our_flags() -> set[str]:
-    import importlib.util
-
     from precision_oat.args import Args
     from precision_oat.mismatch.lab import LabArgs
     from precision_oat.mismatch.preflight import PreflightArgs
 
-    def benchmark(name: str):
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-
-    benchmarks = (benchmark("step_time").BenchArgs, benchmark("scale_ladder").LadderArgs)
+    benchmarks = (load_script("benchmarks/step_time.py").BenchArgs, load_script("benchmarks/scale_ladder.py").LadderArgs)
     return {"--help"}.union(*(_flags_of(cls) for cls in (Args, LabArgs, PreflightArgs, *benchmarks)))
 
 

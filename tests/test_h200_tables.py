@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO as ROOT
+from tests.conftest import load_script
+
 RESULTS = ROOT / "benchmarks" / "results"
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _numbers(line: str) -> list[float]:
@@ -30,7 +23,7 @@ def _numbers(line: str) -> list[float]:
 
 @pytest.mark.parametrize("dtype", ["bf16 (5)", "fp16 (4)", "fp32 (1)"])
 def test_the_instruments_quoted_in_results_are_those_of_the_round5_metrics(dtype):
-    instruments = _load(ROOT / "experiments" / "h200" / "instruments.py")
+    instruments = load_script("experiments/h200/instruments.py")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         instruments.main([RESULTS / "h200_round5", RESULTS / "h200_round5" / "reference"])
@@ -50,7 +43,7 @@ def _figure(cell: str) -> float:
 
 
 def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
-    summarize = _load(RESULTS / "h200_scale" / "summarize.py")
+    summarize = load_script("benchmarks/results/h200_scale/summarize.py")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         summarize.main(RESULTS / "h200_scale")

@@ -1,20 +1,14 @@
 """benchmarks/scale_ladder.py: its CPU smoke mode end to end, the micro-batch search and the FLOPs formula."""
 
 import dataclasses
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("scale_ladder", REPO / "benchmarks" / "scale_ladder.py")
-ladder = importlib.util.module_from_spec(spec)
-# dataclasses look their module up by name.
-sys.modules[spec.name] = ladder
-spec.loader.exec_module(ladder)
+from tests.conftest import load_script
+
+ladder = load_script("benchmarks/scale_ladder.py")
 
 
 def test_smoke_mode_runs_full_steps_and_writes_every_figure(tmp_path):

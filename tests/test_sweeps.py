@@ -8,7 +8,6 @@ that the test checks our files against wandb's rules, not against our own helper
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import yaml
 from precision_oat.algorithms import RECIPES
 from precision_oat.args import AlgorithmArgs, algorithm_spec
 from precision_oat.presets import load_preset, parse_args
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "experiments").glob("sweep_*.yaml"))
@@ -125,9 +125,7 @@ def test_rendering_matches_wandb(path):
 
 @pytest.mark.parametrize("path", SWEEPS)
 def test_offline_runner_builds_the_same_commands(path):
-    spec = importlib.util.spec_from_file_location("sweep_offline", ROOT / "experiments" / "sweep_offline.py")
-    sweep_offline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep_offline)
+    sweep_offline = load_script("experiments/sweep_offline.py")
     assert sweep_offline.command_lines(_load(path)) == [argv for _, argv in _runs(path)]
     for _, argv in _runs(path):
         assert parse_args(_main_argv(sweep_offline.offline(argv))).log.wandb_mode == "offline"

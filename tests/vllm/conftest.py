@@ -8,7 +8,6 @@ per session and are shared: a test that needs particular weights pushes them fir
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -17,9 +16,9 @@ import pytest
 import torch
 
 from precision_oat.samplers.vllm_sampler import VLLMSampler, is_vllm_available
+from tests.conftest import load_script
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -35,10 +34,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _load_recipe():
-    spec = importlib.util.spec_from_file_location("vllm_mismatch", REPO / "benchmarks" / "vllm_mismatch.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/vllm_mismatch.py")
 
 
 @pytest.fixture(scope="session")
