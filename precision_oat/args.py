@@ -23,7 +23,8 @@ from precision_oat.algorithms import RECIPES
 from precision_oat.algorithms.registry import valid_names
 from precision_oat.checks import Checked, reject
 from precision_oat.errors import UserError
-from precision_oat.precision.policy import RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScalingMode, Precision
+from precision_oat.precision.policy import (RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScaling, LossScalingMode,
+                                            Precision)
 from precision_oat.tasks.arithmetic import ARITHMETIC_TEMPLATES
 from precision_oat.tasks.counting import SHOWN as COUNT_SHOWN
 from precision_oat.tasks.task import DEFAULT_GRADING_TIMEOUT_S
@@ -90,17 +91,17 @@ class PrecisionArgs(Checked):
     # Loss scaling; None picks dynamic for an fp16 trainer and none otherwise.
     loss_scaling: Optional[LossScalingMode] = None
     # Loss scale to start from (static: the fixed scale).
-    initial_loss_scale: float = 2.0**16
+    initial_loss_scale: float = LossScaling.initial_scale
     # Clean steps before the dynamic scale grows (DeepSpeed's loss_scale_window).
-    loss_scale_growth_interval: int = 1000
+    loss_scale_growth_interval: int = LossScaling.growth_interval
     # Factor the scale grows by after a clean interval.
-    loss_scale_growth_factor: float = 2.0
+    loss_scale_growth_factor: float = LossScaling.growth_factor
     # Factor the scale shrinks by on overflow.
-    loss_scale_backoff_factor: float = 0.5
+    loss_scale_backoff_factor: float = LossScaling.backoff_factor
     # Overflows tolerated before the scale shrinks (DeepSpeed's hysteresis).
-    loss_scale_hysteresis: int = 2
+    loss_scale_hysteresis: int = LossScaling.hysteresis
     # Floor of the dynamic loss scale.
-    min_loss_scale: float = 1.0
+    min_loss_scale: float = LossScaling.min_scale
     # Train in fp16 without loss scaling anyway (gradients may underflow).
     allow_unscaled_fp16: bool = False
     # Final projection and logits: in each side's dtype ("same") or in fp32 on sampler and trainer.

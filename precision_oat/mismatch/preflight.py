@@ -44,7 +44,7 @@ import torch
 
 from precision_oat.errors import UserError
 from precision_oat.mismatch.prompts import PromptSource, load_prompts
-from precision_oat.precision.policy import Precision, PrecisionError
+from precision_oat.precision.policy import LossScaling, Precision, PrecisionError
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
 if TYPE_CHECKING:
@@ -450,8 +450,8 @@ class PreflightArgs(PromptSource):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # Tokens of the response sampled after each prompt (fp32, temperature 1) and measured with it; 0 measures prompts alone.
     response_tokens: int = 64
-    # Loss scale of the first fp16 step (the training default is 2**16).
-    initial_loss_scale: float = 2.0**16
+    # Loss scale of the first fp16 step (the training default).
+    initial_loss_scale: float = LossScaling.initial_scale
     # Fail when an activation is within this factor of 65504 (headroom below it).
     margin: float = DEFAULT_MARGIN
     # Folder for preflight.json.
