@@ -65,6 +65,33 @@ def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_
     assert sorted(p.name for p in out.iterdir()) == ["histograms.npz", "mismatch.json"]
 
 
+def test_task_counting_gives_the_rl_runs_own_long_prompts(byte_model_dir, tmp_path):
+    from precision_oat.mismatch.prompts import load_prompts
+    from precision_oat.tasks.counting import CountingTask
+
+    task = CountingTask()
+    args = LabArgs(model=str(byte_model_dir), task="counting", num_prompts=3)
+    assert load_prompts(args, tokenizer=None) == [task.render(ex) for ex in task.train_set()[:3]]
+    report = cli(["--model", str(byte_model_dir), "--task", "counting", "--dtypes", "fp32", "--num-prompts", "2",
+                  "--num-samples", "2", "--max-new-tokens", "4", "--device", "cpu", "--no-plots",
+                  "--output-dir", str(tmp_path)])
+    assert report["settings"]["task"] == "counting" and report["dtypes"]["fp32"]["sequences"] == 2 * 2
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--task", "counting", "--prompt-data", "p.jsonl"],
+     "error: --task counting --prompt-data p.jsonl: the task makes its own prompts; drop one of the two"),
+    (["--task", "counting"], "error: --task counting: the embedded policy (no --model) reads digits and arithmetic "
+                             "signs only; give --model <HF folder>"),
+])
+def test_a_task_without_prompts_of_its_own_is_refused_before_anything_is_written(flags, expected, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        cli([*flags, "--device", "cpu", "--output-dir", str(out)])
+    assert str(e.value.code) == expected
+    assert not out.exists()
+
+
 def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_itself(embedded_policy_dir, tmp_path):
     args = LabArgs(model=str(embedded_policy_dir), trainer="deepspeed", dtypes=("bf16", "fp32"), num_prompts=8,
                    num_samples=2, max_new_tokens=6, micro_batch_size=8, device="cpu", plots=False, output_dir=tmp_path)

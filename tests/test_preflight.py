@@ -200,6 +200,17 @@ def test_cli_prints_the_table_and_writes_preflight_json(embedded_policy_dir, tmp
     assert report["min_headroom"]["headroom"] > 8
 
 
+def test_cli_measures_the_counting_tasks_prompts(byte_model_dir, tmp_path):
+    from precision_oat.tasks.counting import CountingTask
+
+    report = cli(["--model", str(byte_model_dir), "--task", "counting", "--num-prompts", "2", "--response-tokens", "4",
+                  "--device", "cpu", "--output-dir", str(tmp_path)])
+    task = CountingTask()
+    # The byte tokenizer gives one token per byte of the rendered prompts.
+    prompt_tokens = sum(len(task.render(ex).encode()) for ex in task.train_set()[:2])
+    assert report["prompts"] == 2 and report["tokens"] - report["response_tokens"] == prompt_tokens
+
+
 def test_cli_exits_with_one_error_line_when_the_check_fails(embedded_policy_dir, tmp_path):
     with pytest.raises(SystemExit) as e:
         cli(["--model", str(embedded_policy_dir), "--num-prompts", "4", "--device", "cpu", "--margin", "1e9",

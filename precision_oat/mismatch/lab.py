@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.mismatch.prompts import PromptSource, load_prompts
+from precision_oat.mismatch.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.rl.scoring import score, token_logprobs, trim
 
@@ -201,6 +201,7 @@ def check_lab_args(args: LabArgs) -> None:
     from precision_oat.learners.deepspeed_config import deepspeed_refuses
     from precision_oat.models import resolve_device
 
+    check_prompt_source(args)
     if not args.dtypes:
         raise UserError("--dtypes: give at least one of bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
     if any(d.endswith(FP32_HEAD) for d in args.dtypes) and (args.sampler, args.trainer) != ("builtin", "hf"):

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.mismatch.prompts import PromptSource, load_prompts
+from precision_oat.mismatch.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.policy import LossScaling, Precision, PrecisionError
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
@@ -463,6 +463,7 @@ def preflight_from_args(args: PreflightArgs, log=print) -> dict:
     from precision_oat.args import ModelArgs
     from precision_oat.models import load_policy, resolve_device
 
+    check_prompt_source(args)
     device = resolve_device(args.device)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file), log)
     prompts = load_prompts(args, policy.tokenizer)

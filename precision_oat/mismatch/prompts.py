@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
+
+from precision_oat.errors import UserError
 
 
 @dataclass
@@ -12,7 +14,10 @@ class PromptSource:
     model: Optional[str] = None
     # GGUF file inside --model to load (dequantised), e.g. SmolLM2-135M-Instruct.Q4_1.gguf.
     gguf_file: Optional[str] = None
-    # Prompt file or datasets folder (.jsonl/.parquet/save_to_disk); None uses the arithmetic task's prompts.
+    # Built-in task whose training prompts are used when --prompt-data is not given: "arithmetic"
+    # (short sums) or "counting" (the long answers of the RL runs with --task counting).
+    task: Literal["arithmetic", "counting"] = "arithmetic"
+    # Prompt file or datasets folder (.jsonl/.parquet/save_to_disk); None uses the --task's prompts.
     prompt_data: Optional[str] = None
     # Column of --prompt-data holding the prompt.
     input_key: str = "problem"
@@ -22,17 +27,27 @@ class PromptSource:
     prompt_template: str = "no"
     # Largest operand of the arithmetic prompts (when --prompt-data is not given).
     max_operand: int = 49
-    # Prompts to use (the first of --prompt-data, or of the arithmetic task).
+    # Prompts to use (the first of --prompt-data, or of the --task).
     num_prompts: int = 32
 
 
-def load_prompts(source: PromptSource, tokenizer) -> list[str]:
-    """The prompt texts: the first ``num_prompts`` of --prompt-data, or of the arithmetic task."""
-    if source.prompt_data is None:
-        from precision_oat.tasks.arithmetic import ArithmeticTask
+def check_prompt_source(source: PromptSource) -> None:
+    """Refuse a --task that cannot give prompts with these flags, before anything is loaded."""
+    if source.task == "arithmetic":
+        return
+    if source.prompt_data is not None:
+        raise UserError(f"--task {source.task} --prompt-data {source.prompt_data}: the task makes its own prompts; "
+                        "drop one of the two")
+    if source.model is None:
+        raise UserError(f"--task {source.task}: the embedded policy (no --model) reads digits and arithmetic signs "
+                        "only; give --model <HF folder>")
 
-        task = ArithmeticTask(max_operand=source.max_operand)
-        return [task.render(ex) for ex in task.train_set()[: source.num_prompts]]
+
+def load_prompts(source: PromptSource, tokenizer) -> list[str]:
+    """The prompt texts: the first ``num_prompts`` of --prompt-data, or of the --task's training prompts."""
+    check_prompt_source(source)
+    if source.prompt_data is None:
+        return task_prompts(source)
     from precision_oat.tasks.data import load_examples
     from precision_oat.tasks.templates import apply_template
 
@@ -40,3 +55,16 @@ def load_prompts(source: PromptSource, tokenizer) -> list[str]:
     examples = load_examples(source.prompt_data, split=source.split, input_key=source.input_key,
                              output_key=source.input_key, limit=source.num_prompts)
     return [apply_template(source.prompt_template, ex.question, tokenizer) for ex in examples]
+
+
+def task_prompts(source: PromptSource) -> list[str]:
+    """The first ``num_prompts`` training prompts of the built-in --task, as the RL run renders them."""
+    if source.task == "arithmetic":
+        from precision_oat.tasks.arithmetic import ArithmeticTask
+
+        task = ArithmeticTask(max_operand=source.max_operand)
+    else:
+        from precision_oat.tasks.counting import CountingTask
+
+        task = CountingTask()
+    return [task.render(ex) for ex in task.train_set()[: source.num_prompts]]
