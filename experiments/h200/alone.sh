@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# What the paper's-pair comparison needs alone on one H200, one after the other (about 8 minutes):
+#
+#   speed      benchmarks/step_time.py: built-in vs vLLM sampler tokens/s, built-in vs DeepSpeed
+#              learner step time, fp16 and bf16 (the command of docs/results.md §3)
+#   lab-pair   the mismatch lab on vLLM × DeepSpeed, on the counting task's own prompts (long answers)
+#   lab-head   the built-in lab (KV-cache sampler × HF trainer) with the fp32-lm_head arm, same prompts
+#   preflight  the fp16 preflight on those prompts, each followed by a 768-token response
+#
+# Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
+#   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/alone.sh
+#   RUNS=<results folder> bash experiments/h200/report.sh     (progress, and the results tar)
+# Each part gets at most $PART_LIMIT seconds (default 300); its output lands in $RUNS/NAME.log and $RUNS/NAME/.
+set -uo pipefail
+HF=${HF:?set HF to the SmolLM2 HF folder}
+RUNS=${RUNS:?set RUNS to a results folder}
+PART_LIMIT=${PART_LIMIT:-300}
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+mkdir -p "$RUNS"
+
+part() {  # NAME, then the command
+  local name=$1; shift
+  echo "$(date +%T) $name" >> "$RUNS/phases.log"
+  mkdir -p "$RUNS/$name"
+  timeout -k 20 "$PART_LIMIT" "$@" > "$RUNS/$name.log" 2>&1
+  echo "$(date +%T) $name exit $?" >> "$RUNS/phases.log"
+}
+
+lab=(python3 -m precision_oat.mismatch --model "$HF" --task counting --num-samples 4 --max-new-tokens 768
+     --device cuda --no-plots)
+part speed python3 benchmarks/step_time.py --model "$HF" --dtypes fp16 bf16 --learners builtin deepspeed \
+  --samplers builtin vllm --batch 128 --prompt-len 64 --response-len 256 --device cuda --output "$RUNS/speed/step_time.json"
+part lab-pair "${lab[@]}" --num-prompts 64 --sampler vllm --trainer deepspeed --micro-batch-size 16 \
+  --vllm-gpu-memory-utilization 0.2 --dtypes bf16 fp16 fp32 --output-dir "$RUNS/lab-pair"
+part lab-head "${lab[@]}" --num-prompts 32 --sampler builtin --trainer hf --micro-batch-size 16 \
+  --dtypes bf16 bf16+fp32head fp16 fp32 --output-dir "$RUNS/lab-head"
+part preflight python3 -m precision_oat.mismatch.preflight --model "$HF" --task counting --num-prompts 32 \
+  --response-tokens 768 --device cuda --output-dir "$RUNS/preflight"
+echo "$(date +%T) done" >> "$RUNS/phases.log"

@@ -1,0 +1,87 @@
+"""The H200 scripts pass only flags their programs take.
+
+They run only on the GPU machine, where a renamed flag costs a machine start. Each script runs here
+with ``python3`` and ``sleep`` replaced by stand-ins that record the command line and return at once;
+every recorded command line is then parsed by the real parser of the program it calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import tyro
+
+from tests.conftest import REPO, load_script
+
+RECORDER = """#!{python}
+import json, os, sys, tempfile
+fd, _ = tempfile.mkstemp(dir=os.environ["CALLS"], suffix=".json")
+os.write(fd, json.dumps(sys.argv[1:]).encode())
+os.close(fd)
+"""
+
+
+def parse(argv: list[str]):
+    """The parsed arguments of ``python3 ARGV``, by the program's own parser."""
+    program, rest = (argv[1], argv[2:]) if argv[0] == "-m" else (argv[0], argv[1:])
+    if program == "precision_oat.main":
+        from precision_oat.presets import parse_args
+
+        return parse_args(rest)
+    if program == "precision_oat.mismatch":
+        from precision_oat.mismatch.lab import LabArgs
+
+        return tyro.cli(LabArgs, args=rest)
+    if program == "precision_oat.mismatch.preflight":
+        from precision_oat.mismatch.preflight import PreflightArgs
+
+        return tyro.cli(PreflightArgs, args=rest)
+    if program == "benchmarks/step_time.py":
+        return tyro.cli(load_script(program).BenchArgs, args=rest)
+    if program == "benchmarks/scale_ladder.py":
+        return tyro.cli(load_script(program).LadderArgs, args=rest)
+    raise AssertionError(f"no parser for python3 {' '.join(argv)}")
+
+
+def recorded_calls(script: str, expected: int, tmp_path, **env) -> list[list[str]]:
+    """The python3 command lines ``script`` runs (waiting for the ones it starts in the background)."""
+    shims, calls = tmp_path / "bin", tmp_path / "calls"
+    shims.mkdir()
+    calls.mkdir()
+    (shims / "python3").write_text(RECORDER.format(python=sys.executable))
+    (shims / "sleep").write_text("#!/bin/sh\n")
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    run = subprocess.run(["bash", script], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "CALLS": str(calls),
+                              "HF": str(tmp_path / "smolhf"), "RUNS": str(tmp_path / "runs"), **env})
+    assert run.returncode == 0, run.stderr
+    deadline = time.time() + 20
+    while len(list(calls.iterdir())) < expected and time.time() < deadline:
+        time.sleep(0.1)
+    return [json.loads(f.read_text()) for f in sorted(calls.iterdir(), key=lambda f: f.stat().st_mtime_ns)]
+
+
+@pytest.mark.parametrize("script, expected, env", [
+    ("experiments/h200/alone.sh", 4, {}),
+    ("experiments/h200/arms.sh", 5, {}),
+    ("experiments/h200/arms.sh", 2, {"ARMS": "pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0", "STEPS": "300",
+                                      "EXTRA": "--count-lengths 250 290 --max-new-tokens 1280 --learning-rate 5e-5"}),
+    ("experiments/h200/scale.sh", 5, {"DEADLINE": "9999999999"}),
+])
+def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
+    (tmp_path / "smolhf").mkdir()
+    calls = recorded_calls(script, expected, tmp_path, **env)
+    assert len(calls) == expected
+    for argv in calls:
+        parse(argv)
+
+
+def test_a_stale_flag_fails_the_check(tmp_path):
+    with pytest.raises(SystemExit):
+        parse(["-m", "precision_oat.main", "--vllm-cpu-kv-cache-gb", "2"])
