@@ -58,3 +58,24 @@ def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
         for loop, page_column in (("loop-8x4", 3), ("loop-128x8", 4)):
             assert _figure(page[quoted][page_column]) == pytest.approx(_figure(rows[loop][column]), rel=0.01), \
                 (quoted, loop)
+
+
+ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
+
+
+def test_the_ten_arms_quoted_in_results_are_those_of_the_round5_metrics():
+    report = load_script("experiments/h200/arms_report.py")
+    arms = report.load_arms([RESULTS / "h200_round5", RESULTS / "h200_round5" / "reference"])
+    arm_row = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
+    quoted = [line.split("|")[1:-1] for line in (ROOT / "docs" / "results.md").read_text().splitlines()
+              if arm_row.match(line)]
+    assert len(quoted) == len(arms) == 10
+    for arm, steps, first, logp, k3, seq_kl, held_out, _ in quoted:
+        algo, dtype, seed = arm.split()
+        stats = report.arm_stats(arms[f"{ARM_NAMES[algo]}-{dtype}-{seed}"])
+        assert (int(steps), int(first)) == (stats["steps"], stats["first_step"]), arm
+        assert [float(logp), float(k3), float(seq_kl)] == pytest.approx(
+            [stats["abs_logp_diff"], stats["k3"], stats["seq_kl"]], rel=0.06), arm
+        shown = [None if x.strip() == "–" else float(x) for x in held_out.split("(")[0].split(" / ")]
+        assert shown == [pytest.approx(stats["held_out"][s], abs=0.006) if s in stats["held_out"] else None
+                         for s in (50, 100, 150, 200)], arm
