@@ -156,12 +156,17 @@ def figures(arms: dict[str, list[dict]], prefix: Path, title: str, threshold: fl
     return written
 
 
-def main(argv=None) -> None:
+def command_line() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="folders holding NAME.metrics.jsonl or NAME/metrics.jsonl")
     parser.add_argument("--threshold", type=float, default=0.9, help="reward of the 'first step' column")
     parser.add_argument("--figures", type=Path, help="write PREFIX_reward.png and PREFIX_mismatch.png")
     parser.add_argument("--title", default="SmolLM2-135M-Instruct, counting, vLLM × DeepSpeed, H200")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = command_line()
     args = parser.parse_args(argv)
     arms = load_arms(args.folders)
     if not arms:
