@@ -20,9 +20,11 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     learner_peak_gb             torch.cuda.max_memory_allocated during the update, less what the
                                 sampler kept allocated when the learner was built
     learner_kept_gb             allocated after the update, while vLLM wakes (weights, gradients,
-                                optimiser state); learner_cached_gb what its allocator still holds
-                                beyond that once emptied, free_before_wake_gb the device's free memory
-                                then; a cell whose vLLM cannot wake records the error with these figures
+                                optimiser state), less sampler_asleep_allocated_gb (what torch counts
+                                for vLLM while it sleeps); learner_cached_gb what the allocator still
+                                holds beyond all that once emptied (free blocks in segments that a
+                                live tensor pins), free_before_wake_gb the device's free memory then;
+                                a cell whose vLLM cannot wake records the error with these figures
     vllm_kv_cache_gb            vLLM's KV cache: one step's sequences (kv_cache_gb), or None where the
                                 utilization sizes it (--no-kv-cache-for-the-step)
     sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation;
@@ -261,8 +263,10 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         if learner is None:
-            # What the sampler keeps allocated while the learner works (little once vLLM sleeps).
+            # What the sampler keeps allocated while the learner works. vLLM's sleeping memory pool still
+            # counts here (its tensors stay, their memory is unmapped), so every learner figure subtracts it.
             allocated_before_learner = torch.cuda.memory_allocated(device) if cuda else 0
+            cell["sampler_asleep_allocated_gb"] = gib(allocated_before_learner) if cuda else None
             learner, stats = largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device,
                                                     build_learner, algorithm_spec)
             if learner is None:
@@ -274,8 +278,8 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
             cell["learner_peak_gb"] = gib(peak - allocated_before_learner)
             # What stays on the device while vLLM wakes: the learner's weights, gradients and optimiser state,
             # and whatever its allocator cannot give back (blocks that share a segment with a live tensor).
-            torch.cuda.empty_cache()
-            cell["learner_kept_gb"] = gib(torch.cuda.memory_allocated(device))
+            free_device_memory(device)
+            cell["learner_kept_gb"] = gib(torch.cuda.memory_allocated(device) - allocated_before_learner)
             cell["learner_cached_gb"] = gib(torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
             cell["free_before_wake_gb"] = gib(device_free_bytes(device))
         synced = finished(device)
@@ -333,6 +337,10 @@ def largest_fitting_update(args, cell, model, precision, response_len, dtype, ro
                 raise
             cell["micro_batch_tried"][size] = "out of memory"
             cell["error"] = str(e)
+            stats = None
+        if stats is None:
+            # Out of the except block: the error's traceback, which holds the failed forward's
+            # activations, is gone, so they can be collected and their memory given back.
             discard_gradients(learner)
             free_device_memory(device)
             continue

@@ -70,6 +70,8 @@ class RLStep(PolicyLoss):
     """The shared update. Subclasses set ``self.settings`` and implement the four learner hooks."""
 
     settings: UpdateSettings
+    # Whether this process has run an optimiser step (the optimiser makes its state at the first).
+    _stepped = False
 
     # --- learner hooks ---
 
@@ -158,6 +160,9 @@ class RLStep(PolicyLoss):
             if k == 0:
                 first.update(world.reduce({f"phantom/{key.split('/', 1)[1]}": v
                                              for key, v in mean_stats(mini_stats).items() if key.endswith("_frac")}))
+            if not self._stepped:
+                release_cached_memory(rollout.input_ids.device)
+                self._stepped = True
             norm, was_skipped = self.optimizer_step()
             if not was_skipped:
                 check_finite(self.trainable_weights(), step, world)
@@ -196,6 +201,18 @@ class Update:
     stats: dict[str, float]
     # log π_old of the rollout, [B, L-1] (the mismatch histograms plot it against μ).
     old_logprobs: torch.Tensor
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """Give the CUDA allocator's free blocks back to the device (nothing elsewhere).
+
+    Before the first optimiser step: the optimiser makes its state there (Adam's two moments, twice
+    the fp32 masters). Carved out of the segments the activations have just freed, that state would
+    pin them for the rest of the run, and a co-located sampler waking after the update would find
+    them taken although nothing in them is used.
+    """
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def finished(device: torch.device) -> float:

@@ -143,3 +143,19 @@ def test_token_budget_micro_batches_give_the_loss_and_gradients_of_fixed_micro_b
     for step_a, step_b in zip(grads_a, grads_b):
         for a, b in zip(step_a, step_b):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_cached_memory_is_released_once_before_the_optimiser_makes_its_state(monkeypatch):
+    import precision_oat.rl.step as step
+
+    events = []
+    monkeypatch.setattr(step, "release_cached_memory", lambda device: events.append(("release", device.type)))
+    model = tiny_model()
+    learner = build(model, dtype="fp32", algo="grpo", num_samples=4, train_batch_size=8)
+    learner.optimizer.register_step_pre_hook(lambda optimizer, *_: events.append(("step", len(optimizer.state))))
+    rollout = rollout_of(model)
+    learner.update(rollout, step=0)
+    learner.update(rollout, step=1)
+    # Two mini-batches a rollout: the optimiser has no state at its first step, and memory goes back only then.
+    assert events == [("release", "cpu"), ("step", 0), ("step", len(learner.optimizer.state))] + \
+        [("step", len(learner.optimizer.state))] * 2
