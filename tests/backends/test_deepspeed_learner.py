@@ -139,6 +139,22 @@ def test_deepspeed_learner_exports_the_optimizers_fp32_masters(zero_stage, dtype
         assert not torch.equal(flat, flat.bfloat16().float())
 
 
+@pytest.mark.parametrize("zero_stage", [1, 2])
+def test_one_rank_reads_its_zero_masters_in_place_with_the_values_a_gather_gives(zero_stage):
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    learner = build("deepspeed", tiny_model(), dtype="bf16", algo="pg", num_samples=4, zero_stage=zero_stage,
+                    learning_rate=1e-2)
+    learner.update(rollout_of(tiny_model()), step=0)
+    partitions = local_fp32_masters(learner.engine)
+    for (name, param), (exported_name, master) in zip(learner.trainable, learner.export_weights(), strict=True):
+        assert exported_name == name and master.shape == param.shape
+        assert torch.equal(master, safe_get_full_fp32_param(param)), name
+        # No copy: the export is a view of the optimiser's own fp32 partition.
+        assert any(p.data_ptr() <= master.data_ptr() < p.data_ptr() + p.numel() * p.element_size()
+                   for p in partitions), name
+
+
 @pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
 def test_deepspeed_learner_stops_when_its_fp32_masters_are_nan(zero_stage):
     from deepspeed.utils import safe_set_full_fp32_param
