@@ -45,6 +45,10 @@ def parse(argv: list[str]):
         return tyro.cli(load_script(program).BenchArgs, args=rest)
     if program == "benchmarks/scale_ladder.py":
         return tyro.cli(load_script(program).LadderArgs, args=rest)
+    if program == "benchmarks/weight_sync.py":
+        from precision_oat.presets import parse_args
+
+        return parse_args(rest[rest.index("--") + 1:])
     raise AssertionError(f"no parser for python3 {' '.join(argv)}")
 
 

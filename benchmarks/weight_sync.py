@@ -1,0 +1,88 @@
+"""Where the weight sync's time goes, with a run's own learner and sampler.
+
+    python benchmarks/weight_sync.py [--repeats 10] [--output OUT.json] -- FLAGS OF python -m precision_oat.main
+
+e.g. SmolLM2 on one GPU, as experiments/h200/scale.sh runs its 8 × 4 loop:
+
+    python benchmarks/weight_sync.py -- --model <HF folder> --sampler vllm --learner deepspeed --zero-stage 1 \\
+        --dtype fp16 --device cuda --max-new-tokens 768 --vllm-kv-cache-gb 2
+
+Builds the policy, the sampler and the learner as a run does (no update: the masters are the
+loaded weights), then times each part, median of ``--repeats``:
+
+    export       reading ``learner.export_weights()`` to the end (the masters, gathered where partitioned)
+    push         ``push_weights`` into the awake sampler: the export, the cast to the sampler dtype,
+                 the sampler's load and the precision contract's check
+    sleep        ``sampler.sleep()`` (vLLM's sleep mode releases its KV cache and weights)
+    push_asleep  ``push_weights`` into the sleeping sampler: the loop's sync, wake-ups included
+
+Figures printed and written to ``--output`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+PARTS = ("export", "push", "sleep", "push_asleep")
+
+
+def main(argv=None) -> dict:
+    from precision_oat.args import algorithm_spec
+    from precision_oat.backends.local.driver import build_learner
+    from precision_oat.models import load_policy, resolve_device
+    from precision_oat.precision.lm_head import head_is_tied
+    from precision_oat.precision.weight_sync import push_weights
+    from precision_oat.presets import parse_args
+    from precision_oat.rl.step import finished
+    from precision_oat.samplers import build_sampler
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=10, help="timed syncs of each kind")
+    parser.add_argument("--output", type=Path, help="JSON file of the figures")
+    ours, run_flags = parser.parse_known_args(argv)
+    if ours.repeats < 1:
+        parser.error(f"--repeats {ours.repeats}: must be at least 1")
+    args = parse_args([f for f in run_flags if f != "--"])
+    device = resolve_device(args.train.device)
+    precision = args.precision.build()
+    policy = load_policy(args.model)
+    head_tied = head_is_tied(policy.model)
+    folder = Path(args.log.output_dir or "runs/weight_sync") / "vllm_init"
+    sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed, folder=folder)
+    learner = build_learner(args, policy.model, precision, algorithm_spec(args), device)
+
+    def timed(part) -> float:
+        start = finished(device)
+        part()
+        return finished(device) - start
+
+    def export():
+        for _ in learner.export_weights():
+            pass
+
+    def push():
+        push_weights(sampler, learner.export_weights(), precision, head_tied)
+
+    times = {name: [] for name in PARTS}
+    push()  # the first push may differ (allocations, vLLM's first reload); it is not timed
+    for _ in range(ours.repeats):
+        times["export"].append(timed(export))
+        times["push"].append(timed(push))
+        times["sleep"].append(timed(sampler.sleep))
+        times["push_asleep"].append(timed(push))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    for name in PARTS:
+        print(f"{name:12s} {median[name] * 1000:8.1f} ms  (median of {ours.repeats})", flush=True)
+    result = {"settings": {"flags": run_flags, "repeats": ours.repeats, "device": str(device)},
+              "median_s": median, "all_s": times}
+    if ours.output is not None:
+        ours.output.parent.mkdir(parents=True, exist_ok=True)
+        ours.output.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
