@@ -17,8 +17,9 @@ their process exits), under ``--cell-timeout-s`` and what is left of ``--time-li
 
 Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     fits, micro_batch_size      whether the step ran, and the largest micro-batch that did
-    learner_peak_gb             torch.cuda.max_memory_allocated during the update, less what the
-                                sampler kept allocated when the learner was built
+    learner_peak_gb             torch.cuda.max_memory_allocated during the updates at that micro-batch
+                                (the larger ones tried first are left out), less what the sampler
+                                kept allocated when the learner was built
     learner_kept_gb             allocated after the update, while vLLM wakes (weights, gradients,
                                 optimiser state), less sampler_asleep_allocated_gb (what torch counts
                                 for vLLM while it sleeps); learner_cached_gb what the allocator still
@@ -330,6 +331,8 @@ def largest_fitting_update(args, cell, model, precision, response_len, dtype, ro
         return None, None
     for size in args.micro_batch_sizes:
         learner.settings = dataclasses.replace(learner.settings, micro_batch_size=size)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)  # the peak of the size that fits, not of those that did not
         try:
             stats = learner.update(rollout, 0).stats
         except UserError as e:
