@@ -2,14 +2,14 @@
 # The paper's scale on one H200 (docs/results.md §4d): SmolLM2's RL loop with the co-located vLLM
 # (sleep mode, weights pushed from the learner's GPU tensors), then the scale ladder.
 #
+#   sync         benchmarks/weight_sync.py: each part of SmolLM2's weight sync (export, push, sleep, wake)
 #   ladder-8k    benchmarks/scale_ladder.py: does the 1.5B shape run RL steps with 8k-token responses?
 #   loop-8x4     SmolLM2 counting, 8 prompts × 4 samples × ≤ 768 tokens, GRPO fp16, 20 steps: the
 #                command of the reference single arm (before: ~3.0 s a step, ~20% in neither sampling
-#                nor updating), for the before/after
-#   loop-128x8   the same at 128 prompts × 8 samples, 5 steps (end-to-end generated tokens per second);
-#                loop-128x8-tuned again with --vllm-max-num-seqs 512 and --micro-batch-tokens
-#                Both loops size vLLM's KV cache to their step (--vllm-kv-cache-gb): with sleep mode it is
-#                mapped again after every update (the sync took 0.22 s with a 42 GiB cache).
+#                nor updating), for the before/after; vLLM's KV cache sized to the step (2 GiB), then
+#                loop-8x4-util again with the cache vLLM's utilization leaves (~40 GiB), on the same host
+#   loop-128x8-tuned  the same at 128 prompts × 8 samples, 5 steps, vLLM decoding at most 512 sequences
+#                at once (its CUDA graphs cover up to 512) and the learner packing rows of similar length
 #   ladder       the ladder's other cells ($LADDER_LENGTHS, default 4k), then the fp16/bf16 step-time
 #                ratio at 1k (alternating), until $DEADLINE
 #
@@ -43,18 +43,19 @@ ladder() {  # NAME, then the ladder flags that differ
     --model-cache "${MODELS:-$HOME/ladder-models}" --output "$RUNS/$name.json" "$@" > "$RUNS/$name.log" 2>&1
 }
 
-# The most uncertain cell first: does the 1.5B shape at 8k tokens run at all?
+echo "$(date +%T) sync" >> "$RUNS/phases.log"
+timeout -k 20 300 python3 benchmarks/weight_sync.py --output "$RUNS/sync.json" -- --model "$HF" --task counting --sampler vllm \
+  --learner deepspeed --zero-stage 1 --device cuda --dtype fp16 --max-new-tokens 768 --vllm-kv-cache-gb 2 \
+  --no-vllm-enforce-eager --output-dir "$RUNS/sync" > "$RUNS/sync.log" 2>&1
+# The most uncertain cell next: does the 1.5B shape at 8k tokens run at all?
 ladder ladder-8k --response-lengths 8192 --ratio-repeats 0 --cell-timeout-s 480
-# SmolLM2's KV cache takes 23,040 bytes a token: 8 × 4 × (≤ 512 + 768) tokens need 0.9 GiB, 128 × 8 need 28.
-# KV_8X4 / KV_128X8 = "" size it by the utilization instead (what benchmarks/results/h200_scale ran).
+# SmolLM2's KV cache takes 23,040 bytes a token: 8 × 4 × (≤ 512 + 768) tokens need 0.9 GiB.
 loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20 \
-  ${KV_8X4---vllm-kv-cache-gb 2}
-loop loop-128x8 --prompts-per-step 128 --num-samples 8 --micro-batch-size 64 --vllm-gpu-memory-utilization 0.5 --steps 5 \
-  ${KV_128X8---vllm-kv-cache-gb 30}
-# Tuned: vLLM decodes at most 512 sequences at once (its CUDA graphs cover batches up to 512), and the
-# learner packs rows of similar length (micro-batches of the same padded size as above, 64 × 832).
+  --vllm-kv-cache-gb 2
+loop loop-8x4-util --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20
+# 128 × 8 × (≤ 512 + 768) tokens would need 28 GiB; the utilization leaves vLLM ~65 GiB.
 loop loop-128x8-tuned --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
-  --vllm-gpu-memory-utilization 0.5 --steps 5 ${KV_128X8---vllm-kv-cache-gb 30} --vllm-max-num-seqs 512
+  --vllm-gpu-memory-utilization 0.5 --steps 5 --vllm-max-num-seqs 512
 # shellcheck disable=SC2086
 ladder ladder --response-lengths ${LADDER_LENGTHS:-4096}
 echo "$(date +%T) done" >> "$RUNS/phases.log"
