@@ -25,7 +25,9 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
                                 for vLLM while it sleeps); learner_cached_gb what the allocator still
                                 holds beyond all that once emptied (free blocks in segments that a
                                 live tensor pins), free_before_wake_gb the device's free memory then;
-                                a cell whose vLLM cannot wake records the error with these figures
+                                largest_live_blocks_gb and most_pinned_segments_gb ([free, size] of
+                                each) say what holds it; a cell whose vLLM cannot wake records the
+                                error with these figures
     vllm_kv_cache_gb            vLLM's KV cache: one step's sequences (kv_cache_gb), or None where the
                                 utilization sizes it (--no-kv-cache-for-the-step)
     sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation;
@@ -283,6 +285,7 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
             cell["learner_kept_gb"] = gib(torch.cuda.memory_allocated(device) - allocated_before_learner)
             cell["learner_cached_gb"] = gib(torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
             cell["free_before_wake_gb"] = gib(device_free_bytes(device))
+            cell.update(allocator_picture())
         synced = finished(device)
         try:
             push_weights(sampler, learner.export_weights(), precision)
@@ -376,6 +379,17 @@ def saved_model(args: LadderArgs, name: str, model) -> Path:
     if not (folder / "config.json").is_file():
         model.save_pretrained(folder, state_dict={k: v.to(torch.bfloat16) for k, v in model.state_dict().items()})
     return folder
+
+
+def allocator_picture(most: int = 12) -> dict:
+    """The largest live blocks, and the segments with the most free memory a live block keeps from the device (GiB)."""
+    segments = torch.cuda.memory_snapshot(include_traces=False)
+    live = sorted((b["size"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated"), reverse=True)
+    pinned = sorted(((s["total_size"] - s["allocated_size"], s["total_size"]) for s in segments if s["allocated_size"]),
+                    reverse=True)
+    return {"largest_live_blocks_gb": [round(gib(n), 3) for n in live[:most]],
+            "most_pinned_segments_gb": [[round(gib(free), 3), round(gib(total), 3)] for free, total in pinned[:most]
+                                        if free]}
 
 
 def device_free_bytes(device: torch.device) -> int:
