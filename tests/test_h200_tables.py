@@ -79,3 +79,21 @@ def test_the_ten_arms_quoted_in_results_are_those_of_the_round5_metrics():
         shown = [None if x.strip() == "–" else float(x) for x in held_out.split("(")[0].split(" / ")]
         assert shown == [pytest.approx(stats["held_out"][s], abs=0.006) if s in stats["held_out"] else None
                          for s in (50, 100, 150, 200)], arm
+
+
+def test_the_second_runs_loops_quoted_in_results_are_those_of_their_metrics():
+    summarize = load_script("benchmarks/results/h200_scale/summarize.py")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        summarize.main(RESULTS / "h200_scale_2")
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.getvalue().splitlines()
+            if line.startswith("| loop-")}
+    page = (ROOT / "docs" / "results.md").read_text().splitlines()
+    quoted = {loop: next(line.split("|") for line in page if line.startswith(start))
+              for loop, start in (("loop-8x4", "| 8 × 4, `--vllm-kv-cache-gb 2`"),
+                                  ("loop-128x8", "| 128 × 8, `--vllm-kv-cache-gb 30`"),
+                                  ("loop-128x8-tuned", "| 128 × 8 tuned"))}
+    # The page's columns 2-4 are s/step, sampler tok/s and end-to-end tok/s; summarize.py's 4, 6 and 7.
+    for loop, cells in quoted.items():
+        for page_column, column in ((2, 4), (3, 6), (4, 7)):
+            assert _figure(cells[page_column]) == pytest.approx(_figure(rows[loop][column]), rel=0.01), (loop, column)
