@@ -4,14 +4,15 @@
 #
 #   sync         benchmarks/weight_sync.py: each part of SmolLM2's weight sync (export, push, sleep, wake)
 #   ladder-8k    benchmarks/scale_ladder.py: does the 1.5B shape run RL steps with 8k-token responses?
+#   ladder-4k    and with 4k-token responses (and its MFU)?
 #   loop-8x4     SmolLM2 counting, 8 prompts × 4 samples × ≤ 768 tokens, GRPO fp16, 20 steps: the
 #                command of the reference single arm (before: ~3.0 s a step, ~20% in neither sampling
 #                nor updating), for the before/after; vLLM's KV cache sized to the step (2 GiB), then
 #                loop-8x4-util again with the cache vLLM's utilization leaves (~40 GiB), on the same host
-#   loop-128x8-tuned  the same at 128 prompts × 8 samples, 5 steps, vLLM decoding at most 512 sequences
-#                at once (its CUDA graphs cover up to 512) and the learner packing rows of similar length
-#   ladder       the ladder's other cells ($LADDER_LENGTHS, default 4k), then the fp16/bf16 step-time
-#                ratio at 1k (alternating), until $DEADLINE
+#   ladder-ratio the fp16/bf16 step-time ratio of the 1.5B shape at 1k tokens (alternating)
+#   loop-128x8-tuned  the same loop at 128 prompts × 8 samples, 5 steps, vLLM decoding at most 512
+#                sequences at once (its CUDA graphs cover up to 512) and the learner packing rows of
+#                similar length; everything stops at $DEADLINE
 #
 # Usage on the device machine, repo root, with the bundle installed as ../shared/gpu/README.md says:
 #   HF=<SmolLM2 HF folder> RUNS=<results folder> DEADLINE=<epoch seconds> bash experiments/h200/scale.sh
@@ -47,15 +48,17 @@ echo "$(date +%T) sync" >> "$RUNS/phases.log"
 timeout -k 20 300 python3 benchmarks/weight_sync.py --output "$RUNS/sync.json" -- --model "$HF" --task counting --sampler vllm \
   --learner deepspeed --zero-stage 1 --device cuda --dtype fp16 --max-new-tokens 768 --vllm-kv-cache-gb 2 \
   --no-vllm-enforce-eager --output-dir "$RUNS/sync" > "$RUNS/sync.log" 2>&1
-# The most uncertain cell next: does the 1.5B shape at 8k tokens run at all?
-ladder ladder-8k --response-lengths 8192 --ratio-repeats 0 --cell-timeout-s 480
+# The most uncertain cells next: does the 1.5B shape run RL steps at 8k and 4k tokens? Each at the
+# micro-batch the previous run found to fit, so that no failed attempt's memory is in the picture.
+ladder ladder-8k --response-lengths 8192 --micro-batch-sizes 8 --ratio-repeats 0 --cell-timeout-s 480
+ladder ladder-4k --response-lengths 4096 --micro-batch-sizes 16 --ratio-repeats 0 --cell-timeout-s 360
 # SmolLM2's KV cache takes 23,040 bytes a token: 8 × 4 × (≤ 512 + 768) tokens need 0.9 GiB.
 loop loop-8x4 --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20 \
   --vllm-kv-cache-gb 2
 loop loop-8x4-util --prompts-per-step 8 --num-samples 4 --micro-batch-size 8 --vllm-gpu-memory-utilization 0.3 --steps 20
+# The fp16/bf16 step-time ratio of the 1.5B shape at 1k tokens: three cells of each dtype, alternating.
+ladder ladder-ratio --response-lengths --micro-batch-sizes 32
 # 128 × 8 × (≤ 512 + 768) tokens would need 28 GiB; the utilization leaves vLLM ~65 GiB.
 loop loop-128x8-tuned --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
   --vllm-gpu-memory-utilization 0.5 --steps 5 --vllm-max-num-seqs 512
-# shellcheck disable=SC2086
-ladder ladder --response-lengths ${LADDER_LENGTHS:-4096}
 echo "$(date +%T) done" >> "$RUNS/phases.log"
