@@ -279,10 +279,12 @@ class VLLMSampler:
     def sleep(self) -> None:
         """Release the KV cache and the weights until the next :meth:`load_weights` (sleep mode only; departure 9)."""
         if self._sleep_mode and not self._asleep:
-            free_before = torch.cuda.mem_get_info(self._device)[0]
+            from vllm.device_allocator.cumem import CuMemAllocator
+
             self._llm.sleep(level=2)
-            # What the wake-up maps back: the device memory the sleep gave up.
-            self._wake_bytes = torch.cuda.mem_get_info(self._device)[0] - free_before
+            # What the wake-up maps back: everything in vLLM's sleep-mode memory pool (counted by vLLM, so
+            # other processes allocating on the same GPU meanwhile do not skew it).
+            self._wake_bytes = CuMemAllocator.get_instance().get_current_usage()
             self._asleep = True
 
     @torch.no_grad()
