@@ -42,13 +42,18 @@ def _figure(cell: str) -> float:
     return float(text[:-1]) * 1000 if text.endswith("k") else float(text)
 
 
-def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
+def _summarized_loops(folder) -> dict[str, list[str]]:
+    """The cells of each loop's row as benchmarks/results/h200_scale/summarize.py prints them for ``folder``."""
     summarize = load_script("benchmarks/results/h200_scale/summarize.py")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        summarize.main(RESULTS / "h200_scale")
-    rows = {line.split("|")[1].strip(): line.split("|") for line in out.getvalue().splitlines()
+        summarize.main(folder)
+    return {line.split("|")[1].strip(): line.split("|") for line in out.getvalue().splitlines()
             if line.startswith("| loop-")}
+
+
+def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
+    rows = _summarized_loops(RESULTS / "h200_scale")
     page = {line.split("|")[1].strip(): line.split("|") for line in (ROOT / "docs" / "results.md").read_text().splitlines()
             if line.startswith("| ")}
     # results.md §4d: column 3 is "after, 8 × 4", column 4 "after, 128 × 8"; summarize.py's columns
@@ -82,12 +87,7 @@ def test_the_ten_arms_quoted_in_results_are_those_of_the_round5_metrics():
 
 
 def test_the_second_runs_loops_quoted_in_results_are_those_of_their_metrics():
-    summarize = load_script("benchmarks/results/h200_scale/summarize.py")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        summarize.main(RESULTS / "h200_scale_2")
-    rows = {line.split("|")[1].strip(): line.split("|") for line in out.getvalue().splitlines()
-            if line.startswith("| loop-")}
+    rows = _summarized_loops(RESULTS / "h200_scale_2")
     page = (ROOT / "docs" / "results.md").read_text().splitlines()
     quoted = {loop: next(line.split("|") for line in page if line.startswith(start))
               for loop, start in (("loop-8x4", "| 8 × 4, `--vllm-kv-cache-gb 2`"),
