@@ -93,4 +93,3 @@ def test_the_kv_cache_of_a_cell_holds_its_sequences_in_its_dtype():
     assert ladder.cell_args(args, 8192, "fp16", 4, config).rollout.vllm_kv_cache_gb == pytest.approx(16.1, abs=0.05)
     assert ladder.cell_args(dataclasses.replace(args, kv_cache_for_the_step=False), 8192, "fp16", 4, config) \
         .rollout.vllm_kv_cache_gb is None
-
