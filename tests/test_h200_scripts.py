@@ -48,7 +48,8 @@ def parse(argv: list[str]):
     if program == "benchmarks/weight_sync.py":
         from precision_oat.presets import parse_args
 
-        return parse_args(rest[rest.index("--") + 1:])
+        split = rest.index("--")
+        return load_script(program).command_line().parse_args(rest[:split]), parse_args(rest[split + 1:])
     raise AssertionError(f"no parser for python3 {' '.join(argv)}")
 
 
