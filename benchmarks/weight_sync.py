@@ -109,13 +109,13 @@ def main(argv=None) -> dict:
 def load_direct(sampler, weights, precision) -> None:
     """The engine model's own ``load_weights`` on the weights cast to the sampler dtype on its device."""
     cast = ((name, w.to(device=sampler._device, dtype=precision.sampler_dtype)) for name, w in weights)
-    sampler._llm.collective_rpc(lambda worker: worker.model_runner.model.load_weights(cast))
+    sampler._llm.collective_rpc(lambda worker: worker.model_runner.get_model().load_weights(cast))
 
 
 def engine_weights(sampler) -> list[float]:
     """A sum per parameter of the engine's model (as it computes with them, after any re-processing)."""
     return sampler._llm.collective_rpc(
-        lambda worker: [float(p.detach().double().sum()) for p in worker.model_runner.model.parameters()])[0]
+        lambda worker: [float(p.detach().double().sum()) for p in worker.model_runner.get_model().parameters()])[0]
 
 
 def direct_load_matches(sampler, learner, precision) -> bool:
