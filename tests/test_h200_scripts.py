@@ -76,7 +76,8 @@ def recorded_calls(script: str, expected: int, tmp_path, **env) -> list[list[str
     ("experiments/h200/alone.sh", 4, {}),
     ("experiments/h200/arms.sh", 5, {}),
     ("experiments/h200/arms.sh", 2, {"ARMS": "pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0", "STEPS": "300",
-                                      "EXTRA": "--count-lengths 250 290 --max-new-tokens 1280 --learning-rate 5e-5"}),
+                                      "EXTRA": "--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 "
+                                               "--learning-rate 5e-5 --vllm-kv-cache-gb 16"}),
     ("experiments/h200/scale.sh", 7, {"DEADLINE": "9999999999"}),
 ])
 def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
