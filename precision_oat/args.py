@@ -267,7 +267,7 @@ class RolloutArgs(Checked):
     # vLLM on GPU: fraction of GPU memory for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.5
     # vLLM: GiB of its KV cache. None: 2 on CPU; on CUDA what --vllm-gpu-memory-utilization leaves after
-    # the weights. With sleep mode a cache sized to a step's sequences wakes faster after each update.
+    # the weights. With sleep mode a cache sized to a step's sequences is likelier to fit beside the learner.
     vllm_kv_cache_gb: Optional[float] = None
     # vLLM: reuse KV cache across prompts sharing a prefix.
     vllm_prefix_caching: bool = False
