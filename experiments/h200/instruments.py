@@ -2,7 +2,8 @@
 
     python experiments/h200/instruments.py benchmarks/results/h200_round5 benchmarks/results/h200_round5/reference
 
-Reads every ``NAME.metrics.jsonl`` in the given folders (NAME = algo-dtype-seed) and prints, as
+Reads every arm of the given folders as ``arms_report.py`` does (``NAME.metrics.jsonl`` or
+``NAME/metrics.jsonl``, NAME = algo-dtype-seed) and prints, as
 markdown, the per-step metrics of docs/metrics.md averaged over each arm's steps: token |Δ log p|
 by the sampler's probability μ of the token and by its position in the response, the slope of the
 sequence log-ratio's size against response length, the trainer's self-gap, and the clipping that
@@ -12,12 +13,14 @@ averaged over the arms of each dtype, and bf16 over fp16.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arms_report import load_arms  # noqa: E402  (a sibling script, not a package)
 
 MU = ("0-0.1", "0.1-0.5", "0.5-0.9", "0.9-1")
 POSITIONS = ("0-16", "16-64", "64-256", "256-1024")
@@ -34,9 +37,8 @@ HEADER = ("|Δ| at μ " + " / ".join(MU), "share of tokens at μ " + " / ".join(
           "|Δ| at positions " + " / ".join(POSITIONS), "|ρ| slope per token", "self-gap", "phantom clip (GRPO) / IS cap (PG)")
 
 
-def arm_means(path: Path) -> dict[str, float]:
+def arm_means(rows: list[dict]) -> dict[str, float]:
     """Each column's mean over the steps that logged it (absent columns are left out)."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "mismatch/k3" in r]
     return {c: mean(r[c] for r in rows if c in r) for c in COLUMNS if any(c in r for r in rows)}
 
@@ -57,8 +59,7 @@ def row(name: str, m: dict[str, float]) -> str:
 
 
 def main(folders: list[Path]) -> None:
-    arms = {p.name.removesuffix(".metrics.jsonl"): arm_means(p)
-            for folder in folders for p in sorted(folder.glob("*.metrics.jsonl"))}
+    arms = {name: arm_means(rows) for name, rows in load_arms(folders).items()}
     print("| arm | " + " | ".join(HEADER) + " |")
     print("|---" * (len(HEADER) + 1) + "|")
     by_dtype: dict[str, list[dict]] = defaultdict(list)
@@ -81,5 +82,5 @@ def main(folders: list[Path]) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: python experiments/h200/instruments.py FOLDER [FOLDER …] (folders of NAME.metrics.jsonl)")
+        sys.exit("usage: python experiments/h200/instruments.py FOLDER [FOLDER …] (folders of RL arms' metrics)")
     main([Path(a) for a in sys.argv[1:]])
