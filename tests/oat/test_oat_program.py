@@ -21,10 +21,12 @@ MISMATCH = ["mismatch/k1", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismat
 
 
 def run_cli(*flags: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    # A session of its own, so that a hung program (launchpad nodes included) can be ended whole.
+    # A session of its own, so that a hung program (launchpad nodes included) can be ended whole. Its
+    # processes share the pipe, so one's write can split another's multi-byte character: replace those bytes.
     process = subprocess.Popen(
         [sys.executable, "-m", "precision_oat.main", "--backend", "oat", *flags],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace",
+        start_new_session=True,
     )
     try:
         out, _ = process.communicate(timeout=timeout)
