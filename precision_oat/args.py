@@ -325,7 +325,8 @@ class TrainArgs(Checked):
     zero_stage: int = 2
     # Take π_old of the first mini-batch from its own forward (detached): removes the trainer's self-gap.
     self_consistent_old_logprobs: bool = False
-    # Response positions per chunk of the local learner's fp32 log-softmax (memory: chunk × vocabulary × 4 bytes).
+    # Response positions per chunk of the learner's output projection and fp32 log-softmax
+    # (memory: chunk × vocabulary × ~10 bytes).
     logprob_chunk_size: int = 1024
     # Your own learner class as "module:Class" (local backend), run as given: a subclass of --learner's base
     # with the algorithm's mixins in it (docs/extending.md); the module is imported from the working directory.

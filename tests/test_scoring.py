@@ -1,5 +1,6 @@
 """The trainer's log-probs in chunks: the values of one full-vocabulary fp32 log-softmax, bit for bit,
-its gradients, and no fp32 tensor larger than a chunk of positions × the vocabulary."""
+its gradients, no fp32 tensor larger than a chunk of positions × the vocabulary, and, from a model,
+no tensor of any dtype that wide: its output projection runs a chunk at a time too."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from precision_oat.rl.scoring import logits_logprobs
+from precision_oat.rl.scoring import logits_logprobs, projects_plainly, token_logprobs
 from precision_oat.rl.truncation import Truncation
 from tests.conftest import tiny_model
 
@@ -133,3 +134,101 @@ def test_scoring_never_makes_an_fp32_tensor_larger_than_a_chunk_of_the_vocabular
         logprobs = logits_logprobs(logits, ids, 0.7, truncation, mask, chunk_size=chunk_size)
         (logprobs * mask).sum().backward()
     assert 0 < recorder.largest <= chunk_size * VOCAB
+
+
+# --- from a model: the output projection in chunks ---
+
+
+def _sequences(vocab, rows=4, length=37, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, vocab, (rows, length), generator=g)
+    attention = torch.ones_like(ids)
+    attention[-1, -5:] = 0  # right padding
+    mask = torch.zeros(rows, length - 1)
+    mask[:, 6:] = 1.0
+    mask[-1, -5:] = 0.0
+    return ids, attention, mask
+
+
+def _from_full_logits(model, ids, attention, mask, temperature, truncation=None):
+    logits = model(input_ids=ids, attention_mask=attention).logits
+    return logits_logprobs(logits, ids, temperature, truncation, mask)
+
+
+@pytest.mark.parametrize("top_p", [False, True])
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])  # a head tied to the embedding, and an untied one
+def test_model_scoring_matches_the_full_logits_in_values_and_gradients(kind, top_p):
+    ids, attention, mask = _sequences(vocab=50)
+    truncation = _kept_sets(ids, mask) if top_p else None
+    upstream = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1)) * mask
+    results = []
+    for chunked in (False, True):
+        model = tiny_model(kind, vocab=VOCAB)
+        if chunked:
+            logprobs = token_logprobs(model, ids, attention, 0.7, truncation, mask, chunk_size=5)
+        else:
+            logprobs = _from_full_logits(model, ids, attention, mask, 0.7, truncation)
+        (logprobs * upstream).sum().backward()
+        results.append((logprobs.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (reference, reference_grads), (values, grads) = results
+    # fp32: the projection of a chunk of rows rounds as the projection of all of them, to fp32 rounding.
+    torch.testing.assert_close(values, reference, rtol=0, atol=1e-5)
+    assert torch.count_nonzero(values[mask == 0]) == 0
+    for name, grad in reference_grads.items():
+        assert float((grads[name] - grad).abs().max()) <= 1e-5 * float(grad.abs().max()), name
+
+
+class LargestVocabularyWide(TorchDispatchMode):
+    """Records the element count of the largest tensor, of any dtype, whose last dimension is the
+    vocabulary, other than one shaped like the output projection's weight (its gradient)."""
+
+    def __init__(self, vocab: int, hidden: int):
+        super().__init__()
+        self.vocab = vocab
+        self.weight_shape = sorted((vocab, hidden))
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            wide = isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == self.vocab
+            if wide and sorted(t.shape) != self.weight_shape:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_model_scoring_never_holds_more_than_a_chunk_of_the_vocabulary_in_any_dtype(dtype):
+    # The vocabulary (96) differs from every other width in this model (hidden 64, MLP 128, head 16, 37 tokens).
+    vocab, chunk_size = 96, 8
+    ids, attention, mask = _sequences(vocab)
+    model = tiny_model("llama", vocab=vocab).to(dtype).train()
+    with LargestVocabularyWide(vocab, hidden=64) as recorder:
+        (token_logprobs(model, ids, attention, 0.7, response_mask=mask, chunk_size=chunk_size) * mask).sum().backward()
+    assert 0 < recorder.largest <= chunk_size * vocab
+    # The same forward through the model's own logits holds all positions at once: the recorder sees it.
+    with LargestVocabularyWide(vocab, hidden=64) as recorder:
+        model(input_ids=ids, attention_mask=attention)
+    assert recorder.largest == ids.numel() * vocab
+
+
+def test_model_scoring_with_no_response_position_still_carries_a_gradient():
+    ids, attention, mask = _sequences(vocab=VOCAB)
+    model = tiny_model(vocab=VOCAB)
+    logprobs = token_logprobs(model, ids, attention, 1.0, response_mask=torch.zeros_like(mask))
+    logprobs.sum().backward()  # an empty micro-batch contributes a zero gradient, not an error
+    assert not logprobs.any()
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
+def test_a_model_that_soft_caps_its_logits_is_scored_from_them():
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    config = Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, final_logit_softcapping=3.0)
+    assert not projects_plainly(config) and projects_plainly(tiny_model().config)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    ids, attention, mask = _sequences(vocab=VOCAB)
+    expected = _from_full_logits(model, ids, attention, mask, 0.7)
+    assert torch.equal(token_logprobs(model, ids, attention, 0.7, response_mask=mask, chunk_size=5), expected)

@@ -4,6 +4,12 @@ No learner is needed: any causal LM in any dtype scores a batch of right-padded 
 Rows are scored in micro-batches, each trimmed to its longest sequence, so the layout (and
 with it the rounding) depends on the micro-batch size; see the trainer self-consistency
 measurement of the mismatch lab.
+
+The vocabulary is never held whole: the model's body gives the hidden states, and the output
+projection and the fp32 log-softmax run a chunk of response positions at a time, recomputed in
+the backward. Scoring memory grows with rows × length × hidden, and with the vocabulary only
+by one chunk (at 8k tokens and Qwen2.5's 151,936 tokens, a micro-batch of 8 would otherwise
+hold 19 GiB of fp16 logits and as much again for their gradient).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from precision_oat.rl.microbatch import micro_batches
 from precision_oat.rl.truncation import Truncation, kept_set_logprobs
@@ -38,14 +45,9 @@ def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: 
     the vocabulary; the values are those of one full-vocabulary ``log_softmax``, bit for bit.
     """
     b, l, vocab = logits.shape
-    scored = torch.ones(b, l - 1, dtype=torch.bool, device=logits.device) if response_mask is None \
-        else response_mask.to(logits.device) != 0
+    scored = _scored(response_mask, b, l, logits.device)
     row, column = scored.nonzero(as_tuple=True)
-    counts = kept_ids = None
-    if truncation is not None:
-        all_counts = truncation.counts.to(logits.device)
-        kept_ids = truncation.ids.to(logits.device)[torch.repeat_interleave(scored.reshape(-1), all_counts.reshape(-1))]
-        counts = all_counts[row, column]
+    counts, kept_ids = _kept_sets(truncation, scored)
     values = ChunkedLogprobs.apply(logits.reshape(b * l, vocab), row * l + column, input_ids[row, column + 1],
                                    temperature, chunk_size, counts, kept_ids)
     out = torch.zeros(b, l - 1, dtype=torch.float32, device=logits.device)
@@ -122,9 +124,79 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
     """log π(y_t | y_<t) of every next token where ``response_mask`` is set (0 elsewhere), [B, L-1],
-    with the gradient if enabled."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    return logits_logprobs(logits, input_ids, temperature, truncation, response_mask, chunk_size)
+    with the gradient if enabled.
+
+    ``model`` is an HF causal LM, or a wrapper of one that keeps it as ``.module`` (a DeepSpeed
+    engine). Its body runs once; its output projection runs in chunks (:func:`hidden_logprobs`).
+    A model that transforms its logits after the projection (a soft cap, a scale) is scored from
+    its full logits instead.
+    """
+    causal_lm = getattr(model, "module", model)
+    if not projects_plainly(causal_lm.config):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return logits_logprobs(logits, input_ids, temperature, truncation, response_mask, chunk_size)
+    body = causal_lm.get_decoder()
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    return hidden_logprobs(hidden, causal_lm.get_output_embeddings(), input_ids, temperature, truncation,
+                           response_mask, chunk_size)
+
+
+def projects_plainly(config) -> bool:
+    """True when a causal LM's logits are its output projection of the last hidden state, nothing more."""
+    capped = getattr(config, "final_logit_softcapping", None) is not None
+    return not capped and getattr(config, "logit_scale", None) in (None, 1.0)
+
+
+def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torch.Tensor, temperature: float,
+                    truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
+                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+    """log softmax(head(hidden) / T) at each next token, in fp32, shape [B, L-1], as :func:`logits_logprobs`
+    gives it from the full logits, but with ``head`` applied ``chunk_size`` scored positions at a time.
+
+    With the gradient on, each chunk is checkpointed: its logits are dropped after the forward and
+    made again in the backward, so no tensor of any dtype holds more than ``chunk_size`` rows of the
+    vocabulary. ``head`` is called as a module (hooks, such as ZeRO-3's gathering, run each time).
+    """
+    b, l, width = hidden.shape
+    scored = _scored(response_mask, b, l, hidden.device)
+    row, column = scored.nonzero(as_tuple=True)
+    states = hidden.reshape(b * l, width)[row * l + column]
+    targets = input_ids[row, column + 1]
+    counts, kept_ids = _kept_sets(truncation, scored)
+    # At least one chunk, empty if need be, so that the result carries a gradient even with nothing to score.
+    chunks = list(_chunks(len(row), chunk_size, counts, kept_ids)) or [(slice(0, 0), kept_ids)]
+    pieces = []
+    for chunk, kept in chunks:
+        args = (head, states[chunk], targets[chunk], temperature, None if counts is None else counts[chunk], kept)
+        # Scoring without the gradient (π_old) has nothing to recompute.
+        pieces.append(checkpoint(_projected_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled()
+                      else _projected_logprobs(*args))
+    out = torch.zeros(b, l - 1, dtype=torch.float32, device=hidden.device)
+    return out.index_put((row, column), torch.cat(pieces))
+
+
+def _projected_logprobs(head: torch.nn.Module, states: torch.Tensor, targets: torch.Tensor, temperature: float,
+                        counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor]) -> torch.Tensor:
+    """One chunk: its logits, then their fp32 log-softmax at the targets (in one piece)."""
+    rows = torch.arange(len(states), device=states.device)
+    return ChunkedLogprobs.apply(head(states), rows, targets, temperature, max(len(states), 1), counts, kept_ids)
+
+
+def _scored(response_mask: Optional[torch.Tensor], b: int, l: int, device) -> torch.Tensor:
+    """[B, L-1] bool: every next-token position, or those where ``response_mask`` is set."""
+    if response_mask is None:
+        return torch.ones(b, l - 1, dtype=torch.bool, device=device)
+    return response_mask.to(device) != 0
+
+
+def _kept_sets(truncation: Optional[Truncation], scored: torch.Tensor):
+    """The kept-set sizes at the scored positions (row-major), and their ids in that order; (None, None)
+    without top-p."""
+    if truncation is None:
+        return None, None
+    counts = truncation.counts.to(scored.device)
+    kept_ids = truncation.ids.to(scored.device)[torch.repeat_interleave(scored.reshape(-1), counts.reshape(-1))]
+    return counts[scored], kept_ids
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ is the mixins placed before it (``compose(spec, OatLearner)`` builds that class 
     evaluate                        every benchmark of the task, as ``eval/<benchmark>/avg@n``,
                                     ``pass@k`` and ``response_length`` (the local backend's keys)
 
-What is Oat's own here: the forward through Oat's model (its position ids), and the backward and the
+What is Oat's own here: the forward through Oat's model's body (its position ids), and the backward and the
 optimiser step through Oat's DeepSpeed strategy. The gradient norm, the loss-scale report and
 the fp32 masters the inf/NaN guard checks are :class:`~precision_oat.learners.deepspeed_hooks.DeepSpeedHooks`',
 shared with the local DeepSpeed learner.
@@ -40,7 +40,7 @@ from precision_oat.backends.oat.strategy import learner_base_hooks
 from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.rl.actor import check_prompt_lengths
 from precision_oat.rl.rollout import Rollout
-from precision_oat.rl.scoring import logits_logprobs
+from precision_oat.rl.scoring import hidden_logprobs, logits_logprobs, projects_plainly
 from precision_oat.rl.step import RLStep, UpdateSettings
 from precision_oat.tasks import build_task
 from precision_oat.tasks.evaluation import summarize
@@ -136,11 +136,14 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
 
     def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
                          response_mask=None) -> torch.Tensor:
-        # Oat's forward (its actor's position ids), then the shared chunked log-softmax: no
-        # [batch, time, vocab] fp32 tensor, response positions only.
-        logits = self.model(input_ids, attention_mask=attention_mask)["logits"]
-        return logits_logprobs(logits, input_ids, self.args.temperature, truncation, response_mask,
-                               self.settings.logprob_chunk_size)
+        # Oat's forward of the model's body (its actor's position ids), then the shared chunked output
+        # projection and log-softmax: the vocabulary is never held whole, response positions only.
+        causal_lm = self.deepspeed_engine.module
+        scoring = (self.args.temperature, truncation, response_mask, self.settings.logprob_chunk_size)
+        if projects_plainly(causal_lm.config):
+            hidden = self.model(input_ids, attention_mask=attention_mask, without_logits=True)["last_hidden_state"]
+            return hidden_logprobs(hidden, causal_lm.get_output_embeddings(), input_ids, *scoring)
+        return logits_logprobs(self.model(input_ids, attention_mask=attention_mask)["logits"], input_ids, *scoring)
 
     def set_train(self, mode: bool) -> None:
         self.model.train(mode)
