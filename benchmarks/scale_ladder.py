@@ -25,9 +25,11 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
                                 for vLLM while it sleeps); learner_cached_gb what the allocator still
                                 holds beyond all that once emptied (free blocks in segments that a
                                 live tensor pins), free_before_wake_gb the device's free memory then;
-                                largest_live_blocks_gb and most_pinned_segments_gb ([free, size] of
-                                each) say what holds it; a cell whose vLLM cannot wake records the
-                                error with these figures
+                                live_by_origin_gb (the live blocks summed by the Python frames that
+                                allocated them, traced from the learner's start; "before the learner"
+                                is the sampler's), largest_live_blocks_gb ([size, origin]) and
+                                most_pinned_segments_gb ([free, size]) say what holds it; a cell whose
+                                vLLM cannot wake records the error with these figures
     vllm_kv_cache_gb            vLLM's KV cache: one step's sequences (kv_cache_gb), or None where the
                                 utilization sizes it (--no-kv-cache-for-the-step)
     sampler_reserved_gb         free device memory taken by building the sampler (vLLM's reservation;
@@ -47,12 +49,14 @@ The fp16/bf16 step-time ratio: ``--ratio-repeats`` cells of each dtype on ``--ra
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import gc
 import json
 import math
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -270,6 +274,9 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
             # counts here (its tensors stay, their memory is unmapped), so every learner figure subtracts it.
             allocated_before_learner = torch.cuda.memory_allocated(device) if cuda else 0
             cell["sampler_asleep_allocated_gb"] = gib(allocated_before_learner) if cuda else None
+            if cuda:
+                # Where each live block was allocated, from here on (allocator_picture reads it).
+                torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
             learner, stats = largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device,
                                                     build_learner, algorithm_spec)
             if learner is None:
@@ -285,7 +292,7 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
             cell["learner_kept_gb"] = gib(torch.cuda.memory_allocated(device) - allocated_before_learner)
             cell["learner_cached_gb"] = gib(torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
             cell["free_before_wake_gb"] = gib(device_free_bytes(device))
-            cell.update(allocator_picture())
+            cell.update(allocator_picture(torch.cuda.memory_snapshot(include_traces=False)))
         synced = finished(device)
         try:
             push_weights(sampler, learner.export_weights(), precision)
@@ -381,15 +388,30 @@ def saved_model(args: LadderArgs, name: str, model) -> Path:
     return folder
 
 
-def allocator_picture(most: int = 12) -> dict:
-    """The largest live blocks, and the segments with the most free memory a live block keeps from the device (GiB)."""
-    segments = torch.cuda.memory_snapshot(include_traces=False)
-    live = sorted((b["size"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated"), reverse=True)
+def allocator_picture(segments: list[dict], most: int = 12) -> dict:
+    """From a CUDA allocator snapshot (``torch.cuda.memory_snapshot()``): the live bytes summed by where
+    they were allocated, the largest live blocks, and the segments with the most free memory a live
+    block keeps from the device (GiB)."""
+    live = sorted((b for s in segments for b in s["blocks"] if b["state"] == "active_allocated"),
+                  key=lambda b: b["size"], reverse=True)
+    by_origin = collections.Counter()
+    for block in live:
+        by_origin[allocated_at(block)] += block["size"]
     pinned = sorted(((s["total_size"] - s["allocated_size"], s["total_size"]) for s in segments if s["allocated_size"]),
                     reverse=True)
-    return {"largest_live_blocks_gb": [round(gib(n), 3) for n in live[:most]],
+    return {"live_by_origin_gb": {origin: round(gib(n), 3) for origin, n in by_origin.most_common(most)},
+            "largest_live_blocks_gb": [[round(gib(b["size"]), 3), allocated_at(b)] for b in live[:most]],
             "most_pinned_segments_gb": [[round(gib(free), 3), round(gib(total), 3)] for free, total in pinned[:most]
                                         if free]}
+
+
+def allocated_at(block: dict, depth: int = 3) -> str:
+    """The innermost ``depth`` Python frames outside torch that allocated a block, innermost first; "before the
+    learner" for a block allocated before the tracing began."""
+    frames = [f for f in block.get("frames", ()) if f"{os.sep}torch{os.sep}" not in f["filename"]]
+    if not frames:
+        return "before the learner"
+    return " < ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}" for f in frames[:depth])
 
 
 def device_free_bytes(device: torch.device) -> int:

@@ -1,4 +1,5 @@
-"""benchmarks/scale_ladder.py: its CPU smoke mode end to end, the micro-batch search and the FLOPs formula."""
+"""benchmarks/scale_ladder.py: its CPU smoke mode end to end, the micro-batch search, the FLOPs formula and
+the allocator picture."""
 
 import dataclasses
 import json
@@ -93,3 +94,25 @@ def test_the_kv_cache_of_a_cell_holds_its_sequences_in_its_dtype():
     assert ladder.cell_args(args, 8192, "fp16", 4, config).rollout.vllm_kv_cache_gb == pytest.approx(16.1, abs=0.05)
     assert ladder.cell_args(dataclasses.replace(args, kv_cache_for_the_step=False), 8192, "fp16", 4, config) \
         .rollout.vllm_kv_cache_gb is None
+
+
+def test_the_allocator_picture_sums_live_blocks_by_the_frames_that_allocated_them():
+    def frame(path, line, name):
+        return {"filename": path, "line": line, "name": name}
+
+    adam = [frame("/lib/torch/optim/adamw.py", 9, "_init_group"),
+            frame("/lib/deepspeed/zero/stage_1_and_2.py", 7, "step"),
+            frame("/src/precision_oat/rl/step.py", 5, "_update"), frame("/src/precision_oat/rl/step.py", 3, "update")]
+    gb = 2**30
+    segments = [
+        {"total_size": 8 * gb, "allocated_size": 6 * gb, "blocks": [
+            {"state": "active_allocated", "size": 4 * gb, "frames": adam},
+            {"state": "active_allocated", "size": 2 * gb, "frames": adam},
+            {"state": "inactive", "size": 2 * gb, "frames": []}]},
+        {"total_size": 3 * gb, "allocated_size": 3 * gb, "blocks": [{"state": "active_allocated", "size": 3 * gb}]},
+    ]
+    picture = ladder.allocator_picture(segments)
+    origin = "stage_1_and_2.py:7 step < step.py:5 _update < step.py:3 update"
+    assert picture["live_by_origin_gb"] == {origin: 6.0, "before the learner": 3.0}
+    assert picture["largest_live_blocks_gb"] == [[4.0, origin], [3.0, "before the learner"], [2.0, origin]]
+    assert picture["most_pinned_segments_gb"] == [[2.0, 8.0]]
