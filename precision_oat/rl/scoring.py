@@ -153,9 +153,9 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
     """log softmax(head(hidden) / T) at each next token, in fp32, shape [B, L-1], as :func:`logits_logprobs`
     gives it from the full logits, but with ``head`` applied ``chunk_size`` scored positions at a time.
 
-    With the gradient on, each chunk is checkpointed: its logits are dropped after the forward and
-    made again in the backward, so no tensor of any dtype holds more than ``chunk_size`` rows of the
-    vocabulary. ``head`` is called as a module (hooks, such as ZeRO-3's gathering, run each time).
+    With the gradient on and more than one chunk, each chunk is checkpointed: its logits are dropped
+    after the forward and made again in the backward, so no tensor of any dtype holds more than
+    ``chunk_size`` rows of the vocabulary. ``head`` is called as a module (hooks, such as ZeRO-3's gathering, run each time).
     """
     b, l, width = hidden.shape
     scored = _scored(response_mask, b, l, hidden.device)
@@ -165,11 +165,12 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
     counts, kept_ids = _kept_sets(truncation, scored)
     # At least one chunk, empty if need be, so that the result carries a gradient even with nothing to score.
     chunks = list(_chunks(len(row), chunk_size, counts, kept_ids)) or [(slice(0, 0), kept_ids)]
+    # Scoring without the gradient (π_old) has nothing to recompute, and one chunk's logits may as well be kept.
+    recompute = torch.is_grad_enabled() and len(chunks) > 1
     pieces = []
     for chunk, kept in chunks:
         args = (head, states[chunk], targets[chunk], temperature, None if counts is None else counts[chunk], kept)
-        # Scoring without the gradient (π_old) has nothing to recompute.
-        pieces.append(checkpoint(_projected_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled()
+        pieces.append(checkpoint(_projected_logprobs, *args, use_reentrant=False) if recompute
                       else _projected_logprobs(*args))
     out = torch.zeros(b, l - 1, dtype=torch.float32, device=hidden.device)
     return out.index_put((row, column), torch.cat(pieces))
