@@ -155,7 +155,8 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
 
     With the gradient on and more than one chunk, each chunk is checkpointed: its logits are dropped
     after the forward and made again in the backward, so no tensor of any dtype holds more than
-    ``chunk_size`` rows of the vocabulary. ``head`` is called as a module (hooks, such as ZeRO-3's gathering, run each time).
+    ``chunk_size`` rows of the vocabulary. ``head`` is called as a module, so that its hooks (ZeRO-3's
+    gathering) run each time.
     """
     b, l, width = hidden.shape
     scored = _scored(response_mask, b, l, hidden.device)
