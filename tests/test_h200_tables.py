@@ -1,4 +1,5 @@
-"""The H200 tables docs/results.md quotes (§4c instruments, §4d loops) are what the scripts compute from the committed metrics."""
+"""The H200 tables docs/results.md quotes (§4c arms and instruments, §4d loops) are what the scripts compute from the
+committed metrics."""
 
 from __future__ import annotations
 
@@ -66,14 +67,25 @@ def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
 
 
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
+ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
+
+
+def _arm_rows(heading: str) -> list[list[str]]:
+    """The cells of the arm rows ("| IS-PG fp16 s0 | …") in results.md's section under ``heading``."""
+    section = (ROOT / "docs" / "results.md").read_text().split(heading, 1)[1].split("\n#", 1)[0]
+    return [line.split("|")[1:-1] for line in section.splitlines() if ARM_ROW.match(line)]
+
+
+def _held_out(cell: str, stats: dict) -> None:
+    shown = [None if x.strip() == "–" else float(x) for x in cell.split("(")[0].split(" / ")]
+    assert shown == [pytest.approx(stats["held_out"][s], abs=0.006) if s in stats["held_out"] else None
+                     for s in (50, 100, 150, 200)]
 
 
 def test_the_ten_arms_quoted_in_results_are_those_of_the_round5_metrics():
     report = load_script("experiments/h200/arms_report.py")
     arms = report.load_arms([RESULTS / "h200_round5", RESULTS / "h200_round5" / "reference"])
-    arm_row = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
-    quoted = [line.split("|")[1:-1] for line in (ROOT / "docs" / "results.md").read_text().splitlines()
-              if arm_row.match(line)]
+    quoted = _arm_rows("## 4c. The paper's pair")
     assert len(quoted) == len(arms) == 10
     for arm, steps, first, logp, k3, seq_kl, held_out, _ in quoted:
         algo, dtype, seed = arm.split()
@@ -81,9 +93,22 @@ def test_the_ten_arms_quoted_in_results_are_those_of_the_round5_metrics():
         assert (int(steps), int(first)) == (stats["steps"], stats["first_step"]), arm
         assert [float(logp), float(k3), float(seq_kl)] == pytest.approx(
             [stats["abs_logp_diff"], stats["k3"], stats["seq_kl"]], rel=0.06), arm
-        shown = [None if x.strip() == "–" else float(x) for x in held_out.split("(")[0].split(" / ")]
-        assert shown == [pytest.approx(stats["held_out"][s], abs=0.006) if s in stats["held_out"] else None
-                         for s in (50, 100, 150, 200)], arm
+        _held_out(held_out, stats)
+
+
+def test_the_round6_arms_quoted_in_results_are_those_of_their_metrics():
+    report = load_script("experiments/h200/arms_report.py")
+    arms = report.load_arms([RESULTS / "h200_round6"])
+    quoted = _arm_rows("### Round 6:")
+    assert len(quoted) == len(arms) == 3
+    for arm, first, logp, k3, seq_kl, first_last, held_out, _ in quoted:
+        algo, dtype, seed = arm.split()
+        stats = report.arm_stats(arms[f"{ARM_NAMES[algo]}-{dtype}-{seed}"])
+        assert int(first) == stats["first_step"] and stats["steps"] == 200, arm
+        assert [float(x) for x in (logp, k3, seq_kl, *first_last.split(" / "))] == pytest.approx(
+            [stats[k] for k in ("abs_logp_diff", "k3", "seq_kl", "abs_logp_diff_first_20", "abs_logp_diff_last_20")],
+            rel=0.06), arm
+        _held_out(held_out, stats)
 
 
 def test_the_second_runs_loops_quoted_in_results_are_those_of_their_metrics():
