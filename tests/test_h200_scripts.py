@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -72,12 +74,21 @@ def recorded_calls(script: str, expected: int, tmp_path, **env) -> list[list[str
     return [json.loads(f.read_text()) for f in sorted(calls.iterdir(), key=lambda f: f.stat().st_mtime_ns)]
 
 
+def header_settings(script: str) -> list[dict[str, str]]:
+    """The ``ARMS=… STEPS=… EXTRA=…`` settings the script's header comments give, continuation lines joined."""
+    comments = [line[1:].strip() for line in (REPO / script).read_text().splitlines() if line.startswith("#")]
+    joined = " ".join(comments).replace("\\ ", "")
+    return [dict(word.split("=", 1) for word in shlex.split(match))
+            for match in re.findall(r"ARMS=.*?EXTRA=\"[^\"]*\"", joined)]
+
+
+ARMS_HEADER = header_settings("experiments/h200/arms.sh")
+
+
 @pytest.mark.parametrize("script, expected, env", [
     ("experiments/h200/alone.sh", 4, {}),
     ("experiments/h200/arms.sh", 5, {}),
-    ("experiments/h200/arms.sh", 2, {"ARMS": "pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0", "STEPS": "300",
-                                      "EXTRA": "--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 "
-                                               "--learning-rate 5e-5 --vllm-kv-cache-gb 16"}),
+    *[("experiments/h200/arms.sh", len(env["ARMS"].split(";")), env) for env in ARMS_HEADER],
     ("experiments/h200/scale.sh", 7, {"DEADLINE": "9999999999"}),
 ])
 def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
@@ -86,6 +97,10 @@ def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
     assert len(calls) == expected
     for argv in calls:
         parse(argv)
+
+
+def test_the_arms_header_gives_both_stress_pairs():
+    assert [env["ARMS"].split(";")[0].split()[0] for env in ARMS_HEADER] == ["pg-fp16-lr5e-5", "pg-fp16-long"]
 
 
 def test_a_stale_flag_fails_the_check(tmp_path):

@@ -8,14 +8,18 @@
 #   ARMS   "NAME ALGO DTYPE SEED" entries separated by ";" (default: round 5's five arms)
 #   STEPS  steps per arm (default 200); EXTRA: flags added to every arm, after (so over) the ones below
 #
-# Five arms side by side take ~10 s a step (200 steps: ~33 minutes); a 25-minute window holds two or three.
+# Three arms side by side took 4.3–4.8 s a step (200 steps in 15–16 minutes, benchmarks/results/h200_round6);
+# five take ~10 s. A GPU window leaves ~25 minutes after the set-up: three arms of 200 steps, or two of ~300.
 #
-# A pair built to stress bf16 (answers of ~1,000–1,200 tokens, a larger learning rate, more steps; its
-# prompts show a worked count of the same length, ~1,150–1,300 characters, and its evaluation holds
-# 64 × 4 × ~2,600 tokens, ~14 GiB of KV cache):
-#   ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" STEPS=300 EXTRA="--count-lengths 250 290 \
-#   --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16" \
-#   HF=… RUNS=… bash experiments/h200/arms.sh
+# Pairs built to stress bf16, IS-PG (uncapped sequence weights) fp16 against bf16:
+#   a larger learning rate and more steps, at this length (~4 s a step for two arms, so 300 steps fit a window):
+#     ARMS="pg-fp16-lr5e-5 pg fp16 0;pg-bf16-lr5e-5 pg bf16 0" STEPS=300 EXTRA="--learning-rate 5e-5"
+#   answers of ~1,000–1,200 tokens as well (three times the tokens a step, so ~120–150 steps a window; its
+#   prompts show a worked count of the same length, ~1,150–1,300 characters, and its evaluation holds
+#   64 × 4 × ~2,600 tokens, ~14 GiB of KV cache):
+#     ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" STEPS=150 EXTRA="--count-lengths 250 290 \
+#     --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16"
+#   then HF=… RUNS=… bash experiments/h200/arms.sh
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/arms.sh     (returns once all have started)
