@@ -45,7 +45,8 @@ class Learner(RLStep):
             self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
             model = add_lora(model, lora)
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            # Newer transformers renamed it, and warn on every call of the old name.
+            getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
             if lora.lora_rank > 0:
                 model.enable_input_require_grads()
         self.model = model
