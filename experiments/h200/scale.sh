@@ -3,7 +3,7 @@
 # (sleep mode, weights pushed from the learner's GPU tensors), then the scale ladder.
 #
 #   sync         benchmarks/weight_sync.py: each part of SmolLM2's weight sync (export, push, sleep, wake),
-#                and vLLM's own load_weights without the reload's re-processing
+#                and whether the sampler loads pushes directly (then also the push through vLLM's reload)
 #   ladder-8k    benchmarks/scale_ladder.py: does the 1.5B shape run RL steps with 8k-token responses?
 #   ladder-4k    and with 4k-token responses (and its MFU)?
 #   loop-8x4     SmolLM2 counting, 8 prompts × 4 samples × ≤ 768 tokens, GRPO fp16, 20 steps: the
@@ -46,7 +46,7 @@ ladder() {  # NAME, then the ladder flags that differ
 }
 
 echo "$(date +%T) sync" >> "$RUNS/phases.log"
-timeout -k 20 300 python3 benchmarks/weight_sync.py --direct-load --output "$RUNS/sync.json" -- --model "$HF" --task counting --sampler vllm \
+timeout -k 20 300 python3 benchmarks/weight_sync.py --output "$RUNS/sync.json" -- --model "$HF" --task counting --sampler vllm \
   --learner deepspeed --zero-stage 1 --device cuda --dtype fp16 --max-new-tokens 768 --vllm-kv-cache-gb 2 \
   --no-vllm-enforce-eager --output-dir "$RUNS/sync" > "$RUNS/sync.log" 2>&1
 # The most uncertain cells next: does the 1.5B shape run RL steps at 8k and 4k tokens? Each at the
