@@ -343,7 +343,7 @@ class VLLMSampler:
         fails), the checkpoint is reloaded the usual way, and so are all later pushes.
         """
         loaded = self._llm.collective_rpc(lambda worker: {
-            n: p.detach().cpu().clone() for n, p in worker.model_runner.get_model().named_parameters()})[0]
+            n: p.detach().to("cpu", copy=True) for n, p in worker.model_runner.get_model().named_parameters()})[0]
         try:
             self._load(self._checkpoint_push(), directly=True)
             same = self._llm.collective_rpc(lambda worker: all(

@@ -84,6 +84,19 @@ def test_bf16_sampler_mismatch_is_several_times_fp16s(engine, trained, recipe, h
     assert delta["bfloat16"] > 2 * delta["float16"], delta
 
 
+def test_an_engine_that_re_processes_loaded_weights_keeps_the_reload_and_its_weights(trained, recipe, hf_logprobs, capsys):
+    from precision_oat.samplers.vllm_sampler import VLLMSampler
+
+    model, folder = trained
+    sampler = VLLMSampler(str(folder), "float32", seed=0, kv_cache_gb=0.25)
+    # vLLM-CPU re-packs its linear layers after loading, so its model cannot take weights directly: the
+    # start-up check finds that, says so, and leaves the engine with the checkpoint's weights as loaded.
+    assert not sampler.loads_directly
+    assert "note: vLLM takes each weight push through its in-place reload" in capsys.readouterr().out
+    completions = sampler.generate(recipe.make_prompts(16, seed=3), SamplingParams(n=2, max_new_tokens=32, seed=8))
+    assert _mean_abs_delta(model, completions, hf_logprobs) < 1e-5
+
+
 def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(trained, recipe, hf_logprobs, capsys):
     from precision_oat.precision.policy import Precision
     from precision_oat.precision.weight_sync import push_weights
@@ -102,18 +115,7 @@ def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(
     assert synced < 1e-5
     assert checked >= 3 and sampler._weights is None
     # The CPU copy is gone, so a partial push cannot be completed from it: it stops the run, naming the fix.
+    # (It stops vLLM's reload midway, which leaves the rotary embeddings vLLM shares between engines of one
+    # model shape unusable in this process: this stays the file's last engine.)
     with pytest.raises(RuntimeError, match=r"a direct push of 2 of \d+ weights; .* needs direct_push=False"):
         sampler.load_weights([(n, p) for n, p in updated.named_parameters() if n.endswith("q_proj.weight")])
-
-
-def test_an_engine_that_re_processes_loaded_weights_keeps_the_reload_and_its_weights(trained, recipe, hf_logprobs, capsys):
-    from precision_oat.samplers.vllm_sampler import VLLMSampler
-
-    model, folder = trained
-    sampler = VLLMSampler(str(folder), "float32", seed=0, kv_cache_gb=0.25)
-    # vLLM-CPU re-packs its linear layers after loading, so its model cannot take weights directly: the
-    # start-up check finds that, says so, and leaves the engine with the checkpoint's weights as loaded.
-    assert not sampler.loads_directly
-    assert "note: vLLM takes each weight push through its in-place reload" in capsys.readouterr().out
-    completions = sampler.generate(recipe.make_prompts(16, seed=3), SamplingParams(n=2, max_new_tokens=32, seed=8))
-    assert _mean_abs_delta(model, completions, hf_logprobs) < 1e-5
