@@ -158,7 +158,7 @@ def _from_full_logits(model, ids, attention, mask, temperature, truncation=None)
 @pytest.mark.parametrize("top_p", [False, True])
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])  # a head tied to the embedding, and an untied one
 def test_model_scoring_matches_the_full_logits_in_values_and_gradients(kind, top_p):
-    ids, attention, mask = _sequences(vocab=50)
+    ids, attention, mask = _sequences(vocab=VOCAB)
     truncation = _kept_sets(ids, mask) if top_p else None
     upstream = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1)) * mask
     results = []
