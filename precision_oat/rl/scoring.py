@@ -14,7 +14,7 @@ hold 19 GiB of fp16 logits and as much again for their gradient).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -132,13 +132,24 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     its full logits instead.
     """
     causal_lm = getattr(model, "module", model)
-    if not projects_plainly(causal_lm.config):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return logits_logprobs(logits, input_ids, temperature, truncation, response_mask, chunk_size)
     body = causal_lm.get_decoder()
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    return hidden_logprobs(hidden, causal_lm.get_output_embeddings(), input_ids, temperature, truncation,
-                           response_mask, chunk_size)
+    return causal_lm_logprobs(
+        causal_lm, lambda: body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state,
+        lambda: model(input_ids=input_ids, attention_mask=attention_mask).logits,
+        input_ids, temperature, truncation, response_mask, chunk_size)
+
+
+def causal_lm_logprobs(causal_lm, hidden_states: Callable[[], torch.Tensor], logits: Callable[[], torch.Tensor],
+                       input_ids: torch.Tensor, temperature: float, truncation: Optional[Truncation] = None,
+                       response_mask: Optional[torch.Tensor] = None,
+                       chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+    """:func:`token_logprobs` for a caller that runs the forward its own way: ``hidden_states()`` runs the
+    body of the HF causal LM ``causal_lm``, ``logits()`` the whole model, and only one of them is called
+    (the whole model where its logits are more than the projection of the last hidden state)."""
+    if projects_plainly(causal_lm.config):
+        return hidden_logprobs(hidden_states(), causal_lm.get_output_embeddings(), input_ids, temperature, truncation,
+                               response_mask, chunk_size)
+    return logits_logprobs(logits(), input_ids, temperature, truncation, response_mask, chunk_size)
 
 
 def projects_plainly(config) -> bool:

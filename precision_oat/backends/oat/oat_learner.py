@@ -25,6 +25,7 @@ undo that, since the shared step already normalises by the whole mini-batch.
 from __future__ import annotations
 
 import traceback
+from functools import partial
 from pathlib import Path
 
 import launchpad as lp
@@ -40,7 +41,7 @@ from precision_oat.backends.oat.strategy import learner_base_hooks
 from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.rl.actor import check_prompt_lengths
 from precision_oat.rl.rollout import Rollout
-from precision_oat.rl.scoring import hidden_logprobs, logits_logprobs, projects_plainly
+from precision_oat.rl.scoring import causal_lm_logprobs
 from precision_oat.rl.step import RLStep, UpdateSettings
 from precision_oat.tasks import build_task
 from precision_oat.tasks.evaluation import summarize
@@ -138,12 +139,11 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
                          response_mask=None) -> torch.Tensor:
         # Oat's forward of the model's body (its actor's position ids), then the shared chunked output
         # projection and log-softmax: the vocabulary is never held whole, response positions only.
-        causal_lm = self.deepspeed_engine.module
-        scoring = (self.args.temperature, truncation, response_mask, self.settings.logprob_chunk_size)
-        if projects_plainly(causal_lm.config):
-            hidden = self.model(input_ids, attention_mask=attention_mask, without_logits=True)["last_hidden_state"]
-            return hidden_logprobs(hidden, causal_lm.get_output_embeddings(), input_ids, *scoring)
-        return logits_logprobs(self.model(input_ids, attention_mask=attention_mask)["logits"], input_ids, *scoring)
+        forward = partial(self.model, input_ids, attention_mask=attention_mask)
+        return causal_lm_logprobs(self.deepspeed_engine.module,
+                                  lambda: forward(without_logits=True)["last_hidden_state"], lambda: forward()["logits"],
+                                  input_ids, self.args.temperature, truncation, response_mask,
+                                  self.settings.logprob_chunk_size)
 
     def set_train(self, mode: bool) -> None:
         self.model.train(mode)
