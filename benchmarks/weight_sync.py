@@ -15,9 +15,8 @@ loaded weights), then times each part, median of ``--repeats``:
                  the sampler's load and the precision contract's check
     sleep        ``sampler.sleep()`` (vLLM's sleep mode releases its KV cache and weights)
     push_asleep  ``push_weights`` into the sleeping sampler: the loop's sync, wake-ups included
-
-    push_reload  a vLLM sampler that loads pushes directly (``loads_directly``, decided at its start):
-                 the same push through vLLM's in-place reload, as it went before that check existed
+    push_reload  only for a vLLM sampler that loads pushes directly (``loads_directly``, decided at its
+                 start): the same push through vLLM's in-place reload, the path it would take otherwise
 
 Figures printed and written to ``--output`` (JSON).
 """
