@@ -10,6 +10,8 @@ What it times, on the same weights and synthetic tokens for every dtype d:
              response_len`` tokens, algo pg. Mean of ``iters`` calls after ``warmup`` calls.
     sampler  the built-in KV-cache sampler or vLLM generating ``response_len`` tokens for ``batch``
              prompts with no stop token (so every row runs to the end); response tokens per second.
+             ``vllm-batch-seeded`` is vLLM with ``--no-vllm-row-seeds``: one seed for the batch
+             instead of one per sequence.
 Figures printed and written to ``--output`` (JSON). Results of the H200 run are in
 ``benchmarks/results/h200_step_time.json`` (command in docs/results.md).
 """
@@ -42,7 +44,7 @@ class BenchArgs:
     # Learners to time.
     learners: tuple[Literal["builtin", "deepspeed"], ...] = ("builtin",)
     # Samplers to time.
-    samplers: tuple[Literal["builtin", "vllm"], ...] = ("builtin",)
+    samplers: tuple[Literal["builtin", "vllm", "vllm-batch-seeded"], ...] = ("builtin",)
     # Sequences per learner step and prompts per sampler call.
     batch: int = 128
     # Prompt tokens per sequence.
@@ -102,8 +104,9 @@ def time_sampler(args: BenchArgs, policy, dtype: DType, sampler_kind: str, devic
     from precision_oat.samplers import build_sampler
     from precision_oat.samplers.sampler import SamplingParams
 
-    rollout = RolloutArgs(sampler=sampler_kind, max_new_tokens=args.response_len, max_prompt_length=args.prompt_len,
-                          vllm_gpu_memory_utilization=0.2)
+    rollout = RolloutArgs(sampler="builtin" if sampler_kind == "builtin" else "vllm", max_new_tokens=args.response_len,
+                          max_prompt_length=args.prompt_len, vllm_gpu_memory_utilization=0.2,
+                          vllm_row_seeds=sampler_kind != "vllm-batch-seeded")
     sampler = build_sampler(policy, Precision.from_flags(dtype), device, rollout, 0, folder=folder)
     prompts = synthetic_rollout(args, policy.model.config.vocab_size).input_ids[:, : args.prompt_len].tolist()
     sampler.generate(prompts[:8], SamplingParams(1, 1.0, 1.0, 8, (), 0))

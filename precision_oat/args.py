@@ -278,6 +278,10 @@ class RolloutArgs(Checked):
     vllm_max_num_seqs: Optional[int] = None
     # vLLM on CUDA: release its KV cache and weights while the learner updates (sleep mode); ignored on CPU.
     vllm_sleep: bool = True
+    # vLLM: every sample draws from its row's own seed, so a batch sampled whole or in slices gives the same
+    # responses. --no-vllm-row-seeds seeds the batch once: vLLM then draws a decode step's noise in one kernel
+    # instead of one per sequence (faster at large batches), and a response depends on the batch it was in.
+    vllm_row_seeds: bool = True
 
     def check(self) -> None:
         super().check()
@@ -505,6 +509,9 @@ class Args(Checked):
         for name in ("vllm_kv_cache_gb", "vllm_max_num_seqs"):
             if self.backend == "oat" and getattr(r, name) is not None:
                 reject(name, getattr(r, name), "works with --backend local only; Oat builds its vLLM engines itself")
+        if self.backend == "oat" and not r.vllm_row_seeds:
+            raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
+                            "per sample")
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")

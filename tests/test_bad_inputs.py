@@ -63,6 +63,7 @@ BAD_INPUTS: list[Bad] = [
     bad("--backend", "oat", "--vllm-kv-cache-gb", "4", flag="--vllm-kv-cache-gb"),
     bad("--vllm-max-num-seqs", "0"),
     bad("--backend", "oat", "--vllm-max-num-seqs", "512", flag="--vllm-max-num-seqs"),
+    bad("--backend", "oat", "--no-vllm-row-seeds", flag="--no-vllm-row-seeds"),
     # --- task ---
     bad("--task", "counting", "--count-lengths", "10", "20", flag="--count-lengths"),
     bad("--task", "counting", "--count-lengths", "300", "250", flag="--count-lengths"),

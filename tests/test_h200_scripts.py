@@ -86,7 +86,7 @@ ARMS_HEADER = header_settings("experiments/h200/arms.sh")
 
 
 @pytest.mark.parametrize("script, expected, env", [
-    ("experiments/h200/alone.sh", 4, {}),
+    ("experiments/h200/alone.sh", 5, {}),
     ("experiments/h200/arms.sh", 5, {}),
     *[("experiments/h200/arms.sh", len(env["ARMS"].split(";")), env) for env in ARMS_HEADER],
     ("experiments/h200/scale.sh", 7, {"DEADLINE": "9999999999"}),

@@ -51,7 +51,10 @@ Departures from vLLM's defaults:
        offloading them to the host (level 1) would copy them twice for nothing.
     10. One request per sample (``n=1``), each with its row's seed (:func:`request_params`),
         not one request with ``n`` samples; with ``enable_prefix_caching`` the G requests of
-        a prompt share its prefill.
+        a prompt share its prefill. With ``row_seeds=False`` the requests carry no seed and the
+        batch seeds torch's generators instead (with its first row's seed): vLLM then draws each
+        decode step's noise for the whole batch in one kernel, where seeded requests take one
+        kernel each, and a response depends on the batch it was sampled in.
     11. vLLM's warnings that say nothing about this sampler (listed in :data:`HARMLESS_VLLM_WARNINGS`)
         are dropped by a filter on the exact logger and message; every other vLLM message is
         kept (docs/vllm.md lists what a CPU run still prints).
@@ -168,6 +171,7 @@ class VLLMSampler:
             (departure 9); ignored, with a note, where the engine is not on CUDA.
         direct_push: push every weight straight from the caller's tensors (departure 8); None
             does so on CUDA only. False for a learner that exports part of the model (LoRA).
+        row_seeds: seed every sample with its row's seed; False seeds the batch once (departure 10).
     """
 
     def __init__(
@@ -184,6 +188,7 @@ class VLLMSampler:
         enforce_eager: bool = False,
         sleep: bool = False,
         direct_push: Optional[bool] = None,
+        row_seeds: bool = True,
     ):
         if dtype not in _DTYPES:
             raise ValueError(f"VLLMSampler dtype must be float16, bfloat16 or float32, got {dtype!r}")
@@ -195,6 +200,7 @@ class VLLMSampler:
         self.model_path = str(model_path)
         self.dtype = dtype
         self._seeds = random.Random(seed)
+        self._row_seeds = row_seeds
 
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         drop_harmless_vllm_warnings()
@@ -264,9 +270,9 @@ class VLLMSampler:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """G = params.n completions per prompt, prompt-major.
 
-        Every sample is its own request, seeded with its row's seed (:func:`request_params`).
-        Without ``params.seed`` the batch's seed is drawn from the sampler's own generator
-        (seeded by ``seed``).
+        Every sample is its own request, seeded with its row's seed (:func:`request_params`), or
+        the batch is seeded once (``row_seeds=False``). Without ``params.seed`` the batch's seed is
+        drawn from the sampler's own generator (seeded by ``seed``).
         """
         import vllm
         from vllm.inputs import TokensPrompt
@@ -274,9 +280,11 @@ class VLLMSampler:
         if self._asleep:
             raise RuntimeError("vLLM sampler: generate() while asleep; load_weights() wakes it with the new weights")
         seed = params.seed if params.seed is not None else self._seeds.randrange(2**31)
-        requests = request_params(vllm, dataclasses.replace(params, seed=seed), len(prompts))
+        requests = request_params(vllm, dataclasses.replace(params, seed=seed if self._row_seeds else None), len(prompts))
         rows = [p for p in prompts for _ in range(params.n)]
         with _process_state_kept():
+            if not self._row_seeds:
+                torch.manual_seed(row_seed(seed, params.first_prompt * params.n))
             outputs = self._llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in rows], requests, use_tqdm=False)
         return completions_from(rows, outputs, params)
 
@@ -485,6 +493,7 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         enforce_eager=rollout.vllm_enforce_eager,
         sleep=rollout.vllm_sleep,
         direct_push=False if partial_pushes else None,
+        row_seeds=rollout.vllm_row_seeds,
     )
 
 

@@ -99,6 +99,36 @@ def test_unseeded_requests_vary_between_calls(engine, recipe):
     assert [c.response_ids for c in a] != [c.response_ids for c in b]
 
 
+def test_without_row_seeds_a_batch_seed_reproduces_the_batch_and_leaves_the_callers_streams(engine, recipe, trained):
+    import torch
+
+    from precision_oat.args import RolloutArgs
+    from precision_oat.models import Policy
+    from precision_oat.samplers.vllm_sampler import vllm_sampler_for
+
+    model, folder = trained
+    rollout = RolloutArgs(sampler="vllm", vllm_row_seeds=False, vllm_kv_cache_gb=0.25, max_prompt_length=16)
+    sampler = vllm_sampler_for(Policy(model, None, folder), "float32", rollout, seed=0, folder=None, longest_response=16)
+    prompt, n = recipe.make_prompts(1, seed=3)[0], 3
+    params = SamplingParams(n=n, max_new_tokens=16, seed=5)
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    first = sampler.generate([prompt, prompt], params)
+    assert torch.equal(torch.rand(3), expected), "the batch's seed replaced the caller's stream"
+    again = sampler.generate([prompt, prompt], params)
+    assert [c.response_ids for c in again] == [c.response_ids for c in first]
+    assert [c.logprobs for c in again] == [c.logprobs for c in first]
+    # One seed, six rows: each row still draws its own noise.
+    assert len({tuple(c.response_ids) for c in first}) == 2 * n
+    other = sampler.generate([prompt, prompt], SamplingParams(n=n, max_new_tokens=16, seed=6))
+    assert [c.response_ids for c in other] != [c.response_ids for c in first]
+    # The draws are the batch's, not those of the rows' own seeds.
+    row_seeded = engine("float32").generate([prompt, prompt], params)
+    assert [c.response_ids for c in row_seeded] != [c.response_ids for c in first]
+
+
 def test_model_vllm_cannot_load_fails_at_construction_naming_the_path(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"], "model_type": "no_such"}))
     with pytest.raises(ValueError, match=str(tmp_path)):
