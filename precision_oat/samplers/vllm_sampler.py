@@ -280,7 +280,8 @@ class VLLMSampler:
         if self._asleep:
             raise RuntimeError("vLLM sampler: generate() while asleep; load_weights() wakes it with the new weights")
         seed = params.seed if params.seed is not None else self._seeds.randrange(2**31)
-        requests = request_params(vllm, dataclasses.replace(params, seed=seed if self._row_seeds else None), len(prompts))
+        requests = request_params(vllm, dataclasses.replace(params, seed=seed if self._row_seeds else None),
+                                  len(prompts))
         rows = [p for p in prompts for _ in range(params.n)]
         with _process_state_kept():
             if not self._row_seeds:
