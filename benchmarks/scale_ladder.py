@@ -64,7 +64,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 import torch
 import tyro
@@ -492,20 +492,31 @@ def main(args: LadderArgs) -> dict:
         for name in args.ratio_models:
             for dtype in ("fp16", "bf16"):
                 run(name, args.ratio_length, dtype, "ratio_cells")
-    result["fp16_over_bf16_step_time"] = step_time_ratios(result["ratio_cells"])
-    for name, ratio in result["fp16_over_bf16_step_time"].items():
-        print(f"{name} @ {args.ratio_length}: fp16/bf16 step time {ratio:.3f}x", flush=True)
+    # The step's time, and the learner's alone (a cell's sampling varies more between runs than the dtypes differ).
+    for part, seconds in (("step", step_seconds), ("learner", learner_seconds)):
+        result[f"fp16_over_bf16_{part}_time"] = time_ratios(result["ratio_cells"], seconds)
+        for name, ratio in result[f"fp16_over_bf16_{part}_time"].items():
+            print(f"{name} @ {args.ratio_length}: fp16/bf16 {part} time {ratio:.3f}x", flush=True)
     write(output, result)
     return result
 
 
-def step_time_ratios(cells: list[dict]) -> dict[str, float]:
-    """Per model, median fp16 step time / median bf16 step time over the cells that ran."""
+def step_seconds(cell: dict) -> float:
+    return cell["step_time_s"]
+
+
+def learner_seconds(cell: dict) -> float:
+    """Rescoring and update, the learner's part of a step."""
+    return cell["perf/time/score"] + cell["perf/time/update"]
+
+
+def time_ratios(cells: list[dict], seconds: Callable[[dict], float]) -> dict[str, float]:
+    """Per model, the median of ``seconds`` over its fp16 cells that ran / the median over its bf16 ones."""
     ratios = {}
     for name in dict.fromkeys(c["model"] for c in cells):
         medians = {}
         for dtype in ("fp16", "bf16"):
-            times = [c["step_time_s"] for c in cells if c["model"] == name and c["dtype"] == dtype and c.get("fits")]
+            times = [seconds(c) for c in cells if c["model"] == name and c["dtype"] == dtype and c.get("fits")]
             medians[dtype] = statistics.median(times) if times else None
         if medians["fp16"] and medians["bf16"]:
             ratios[name] = medians["fp16"] / medians["bf16"]

@@ -23,13 +23,17 @@ def test_smoke_mode_runs_full_steps_and_writes_every_figure(tmp_path):
         assert cell[key] >= 0, key
 
 
-def test_fp16_over_bf16_is_the_ratio_of_median_step_times_of_cells_that_ran():
-    cells = [{"model": "m", "dtype": d, "fits": True, "step_time_s": t}
-             for d, t in (("fp16", 2.0), ("bf16", 1.0), ("fp16", 3.0), ("bf16", 4.0), ("fp16", 2.5), ("bf16", 2.0))]
+def test_fp16_over_bf16_is_the_ratio_of_median_times_of_cells_that_ran():
+    cells = [{"model": "m", "dtype": d, "fits": True, "step_time_s": t, "perf/time/score": t / 4, "perf/time/update": u}
+             for d, t, u in (("fp16", 2.0, 1.0), ("bf16", 1.0, 1.0), ("fp16", 3.0, 1.0), ("bf16", 4.0, 1.0),
+                             ("fp16", 2.5, 1.0), ("bf16", 2.0, 1.0))]
     cells.append({"model": "m", "dtype": "bf16", "fits": False})
-    cells.append({"model": "n", "dtype": "fp16", "fits": True, "step_time_s": 1.0})
-    # medians: fp16 2.5, bf16 2.0; "n" has no bf16 cell.
-    assert ladder.step_time_ratios(cells) == {"m": 1.25}
+    cells.append({"model": "n", "dtype": "fp16", "fits": True, "step_time_s": 1.0, "perf/time/score": 0.1,
+                  "perf/time/update": 0.5})
+    # Step time medians: fp16 2.5, bf16 2.0; "n" has no bf16 cell.
+    assert ladder.time_ratios(cells, ladder.step_seconds) == {"m": 1.25}
+    # Learner time (score + update) medians: fp16 0.625 + 1, bf16 0.5 + 1.
+    assert ladder.time_ratios(cells, ladder.learner_seconds) == {"m": pytest.approx(1.625 / 1.5)}
 
 
 @pytest.mark.parametrize("learner_kind", ["builtin", "deepspeed"])

@@ -387,6 +387,9 @@ class VLLMSampler:
                 self._checked[name] = cast  # in place: the weight sync's check holds this dict
             pushed += 1
             yield name, cast
+        # Each is compared as the next weight is asked for, so all are checked by now; kept, the casts would hold
+        # device memory through the update (the 1.5B shape's embedding: 0.44 GiB).
+        self._checked.clear()
         if pushed != len(self._names):
             # A reload of part of a fused layer leaves the rest of it undefined (departure 8).
             raise RuntimeError(f"vLLM sampler: a direct push of {pushed} of {len(self._names)} weights; a learner "
@@ -400,7 +403,8 @@ class VLLMSampler:
 
     def weights_for_check(self) -> dict[str, torch.Tensor]:
         """About four of the tensors pushed, spread through the model (a cheap check of the cast, not of
-        vLLM's reload), on the device they were pushed from; updated in place by every push."""
+        vLLM's reload), on the device they were pushed from; updated in place by every push, and emptied at
+        the end of a direct push, when all have been checked."""
         return self._checked
 
 

@@ -114,6 +114,7 @@ def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(
     synced = _mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs)
     assert synced < 1e-5
     assert checked >= 3 and sampler._weights is None
+    assert sampler.weights_for_check() == {}, "the checked casts outlive the push that checked them"
     # The CPU copy is gone, so a partial push cannot be completed from it: it stops the run, naming the fix.
     # (It stops vLLM's reload midway, which leaves the rotary embeddings vLLM shares between engines of one
     # model shape unusable in this process: this stays the file's last engine.)

@@ -44,8 +44,9 @@ def ladder_rows(path: Path) -> list[str]:
                     f"{cell['learner_tokens_per_s']:,.0f} | {cell['mfu']:.1%} | {cell['step_time_s']:.1f} | "
                     + " ".join(f"{cell[f'perf/time/{p}']:.1f}" for p in ("sample", "score", "update", "sync", "other"))
                     + " |")
-    for name, ratio in result.get("fp16_over_bf16_step_time", {}).items():
-        rows.append(f"| {name} fp16/bf16 step time | {ratio:.3f}x |")
+    for part in ("step", "learner"):
+        for name, ratio in result.get(f"fp16_over_bf16_{part}_time", {}).items():
+            rows.append(f"| {name} fp16/bf16 {part} time | {ratio:.3f}x |")
     return rows
 
 
