@@ -66,6 +66,32 @@ def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
                 (quoted, loop)
 
 
+def _section(heading: str) -> str:
+    return (ROOT / "docs" / "results.md").read_text().split(heading, 1)[1].split("\n#", 1)[0]
+
+
+def test_the_third_scale_run_quoted_in_results_is_that_of_its_files():
+    import json
+
+    section = _section("### Third run")
+    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    loops = _summarized_loops(RESULTS / "h200_scale_3")
+    # summarize.py's columns 4 and 6 are s/step and sampler tok/s, its last the share outside sampling and updating.
+    for quoted, loop in (("`--vllm-kv-cache-gb 2`", "loop-8x4"), ("the cache the utilization leaves (~40 GiB)",
+                                                                     "loop-8x4-util")):
+        assert _figure(rows[quoted][2]) == pytest.approx(_figure(loops[loop][4]), rel=0.01)
+        assert _figure(rows[quoted][3]) == pytest.approx(_figure(loops[loop][6]), rel=0.02)
+        assert rows[quoted][5].split()[0] == loops[loop][-2].strip()
+    for column, name in ((2, "ladder-8k.json"), (3, "ladder-4k.json")):
+        [cell] = json.loads((RESULTS / "h200_scale_3" / name).read_text())["cells"]
+        assert _figure(rows["sampling, vLLM tok/s"][column]) == pytest.approx(cell["sampler_tokens_per_s"], rel=0.001)
+        shown_tokens, shown_mfu = rows["learner tok/s (rescoring + update), MFU"][column].rsplit(", ", 1)
+        assert _figure(shown_tokens) == pytest.approx(cell["learner_tokens_per_s"], rel=0.001)
+        assert float(shown_mfu.strip().rstrip("%")) == pytest.approx(100 * cell["mfu"], abs=0.05)
+        step = rows["step: sample / score / update / sync / other"][column]
+        assert _figure(step.rstrip(" s:").split(" s:")[0]) == pytest.approx(cell["step_time_s"], abs=0.05)
+
+
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
 ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
 
