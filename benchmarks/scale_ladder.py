@@ -38,6 +38,9 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     learner_tokens_per_s        sequence tokens (prompt + response) through rescoring and update per second
     mfu                         model FLOPs of rescoring and update / their time / --peak-tflops
     perf/time/*                 the loop's time split, median over the timed steps
+    operators                   with --profile: one more update after the timed steps, under torch's
+                                profiler; the operators that took the most device time (CPU time on
+                                CPU), each [name, calls, ms, share of the update's device time]
 FLOPs of one step, N = parameters used in matrix products (every parameter but an untied
 input embedding), per sequence of s tokens on L layers of width h: update 6·N·s + 12·L·h·s²
 (forward + backward, full causal attention counted), rescoring 2·N·s + 4·L·h·s²; gradient
@@ -149,6 +152,8 @@ class LadderArgs:
     in_process: bool = False
     # A tiny model on CPU in fp32 with the built-in sampler and learner, one step, no ratio: checks the script, measures nothing.
     smoke: bool = False
+    # After the timed steps, profile one more update and record where its device time goes (the cell's "operators").
+    profile: bool = False
 
 
 def smoke_settings(args: LadderArgs) -> LadderArgs:
@@ -319,7 +324,29 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
         "step_time_s": statistics.median(sum(s["times"].values()) for s in timed),
         **{f"perf/time/{part}": value for part, value in median.items()},
     })
+    if args.profile:
+        sampler.sleep()  # the update's memory, as in the timed steps
+        cell["operators"] = profiled_update(learner, rollout, args.steps, device)
     return cell
+
+
+def profiled_update(learner, rollout, step: int, device: torch.device, most: int = 25) -> list[list]:
+    """One ``learner.update`` under torch's profiler: the ``most`` operators by their own device time (the
+    kernels each launched itself; CPU time on CPU), each [name, calls, ms, share of the total]."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        learner.update(rollout, step)
+        if cuda:
+            torch.cuda.synchronize(device)
+    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    # The operators, not their kernels, which are listed too and would count twice.
+    events = sorted((e for e in prof.key_averages() if e.device_type == DeviceType.CPU), key=own, reverse=True)
+    total = sum(own(e) for e in events) or 1.0
+    return [[e.key, e.count, round(own(e) / 1000, 3), round(own(e) / total, 4)] for e in events[:most]]
 
 
 def largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device, build_learner,

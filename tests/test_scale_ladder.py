@@ -23,6 +23,17 @@ def test_smoke_mode_runs_full_steps_and_writes_every_figure(tmp_path):
         assert cell[key] >= 0, key
 
 
+def test_profile_records_where_one_more_update_spends_its_time(tmp_path):
+    output = tmp_path / "ladder.json"
+    ladder.main(ladder.LadderArgs(smoke=True, profile=True, output=output))
+    [cell] = json.loads(output.read_text())["cells"]
+    names = [name for name, calls, ms, share in cell["operators"]]
+    assert len(names) == 25 and all(calls >= 1 and ms >= 0 and 0 <= share <= 1 for _, calls, ms, share in cell["operators"])
+    # The update's matrix products are among its costliest operators, and the shares are of one total.
+    assert {"aten::mm", "aten::addmm", "aten::bmm"} & set(names)
+    assert sum(share for *_, share in cell["operators"]) <= 1.0001
+
+
 def test_fp16_over_bf16_is_the_ratio_of_median_times_of_cells_that_ran():
     cells = [{"model": "m", "dtype": d, "fits": True, "step_time_s": t, "perf/time/score": t / 4, "perf/time/update": u}
              for d, t, u in (("fp16", 2.0, 1.0), ("bf16", 1.0, 1.0), ("fp16", 3.0, 1.0), ("bf16", 4.0, 1.0),

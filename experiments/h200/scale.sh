@@ -7,7 +7,8 @@
 #   loop-128x8-batch-seeded  the same with --no-vllm-row-seeds (one seed for the batch: vLLM draws a decode step's
 #                            noise in one kernel instead of one per sequence)
 #   ladder-4k-no-ckpt        benchmarks/scale_ladder.py: the 1.5B shape at 4k tokens without gradient checkpointing,
-#                            whose recomputation MFU does not count (29% with it; target ≥ 40%)
+#                            whose recomputation MFU does not count (29% with it; target ≥ 40%), and the operators
+#                            one more update spends its device time in (--profile)
 #   ladder-ratio             the fp16/bf16 step-time and learner-time ratios of the 1.5B shape at 1k tokens, three
 #                            cells of each dtype alternating, until $DEADLINE (target ≤ 1.02)
 #
@@ -48,6 +49,6 @@ loop loop-128x8-tuned "${tuned[@]}"
 loop loop-128x8-batch-seeded "${tuned[@]}" --no-vllm-row-seeds
 # Activations of 8 × 4,224 tokens without recomputation: roughly 75 GiB, beside the learner's 24 GiB.
 ladder ladder-4k-no-ckpt --response-lengths 4096 --micro-batch-sizes 8 4 --no-gradient-checkpointing \
-  --ratio-repeats 0 --cell-timeout-s 420
+  --ratio-repeats 0 --cell-timeout-s 420 --profile
 ladder ladder-ratio --response-lengths --micro-batch-sizes 32 --steps 3
 echo "$(date +%T) done" >> "$RUNS/phases.log"
