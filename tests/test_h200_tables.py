@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 
 import pytest
@@ -67,12 +68,11 @@ def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
 
 
 def _section(heading: str) -> str:
+    """results.md's text from ``heading`` to the next heading."""
     return (ROOT / "docs" / "results.md").read_text().split(heading, 1)[1].split("\n#", 1)[0]
 
 
 def test_the_third_scale_run_quoted_in_results_is_that_of_its_files():
-    import json
-
     section = _section("### Third run")
     rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
     loops = _summarized_loops(RESULTS / "h200_scale_3")
@@ -89,7 +89,7 @@ def test_the_third_scale_run_quoted_in_results_is_that_of_its_files():
         assert _figure(shown_tokens) == pytest.approx(cell["learner_tokens_per_s"], rel=0.001)
         assert float(shown_mfu.strip().rstrip("%")) == pytest.approx(100 * cell["mfu"], abs=0.05)
         step = rows["step: sample / score / update / sync / other"][column]
-        assert _figure(step.rstrip(" s:").split(" s:")[0]) == pytest.approx(cell["step_time_s"], abs=0.05)
+        assert _figure(step.split(" s:")[0]) == pytest.approx(cell["step_time_s"], abs=0.05)
 
 
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
@@ -98,8 +98,7 @@ ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
 
 def _arm_rows(heading: str) -> list[list[str]]:
     """The cells of the arm rows ("| IS-PG fp16 s0 | …") in results.md's section under ``heading``."""
-    section = (ROOT / "docs" / "results.md").read_text().split(heading, 1)[1].split("\n#", 1)[0]
-    return [line.split("|")[1:-1] for line in section.splitlines() if ARM_ROW.match(line)]
+    return [line.split("|")[1:-1] for line in _section(heading).splitlines() if ARM_ROW.match(line)]
 
 
 def _held_out(cell: str, stats: dict) -> None:
