@@ -241,6 +241,7 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     from precision_oat.precision.weight_sync import push_weights
     from precision_oat.rl.rollout import collate
     from precision_oat.rl.step import finished
+    from precision_oat.runs.profile import operator_profile
     from precision_oat.samplers import build_sampler
     from precision_oat.samplers.sampler import SamplingParams
 
@@ -326,27 +327,10 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     })
     if args.profile:
         sampler.sleep()  # the update's memory, as in the timed steps
-        cell["operators"] = profiled_update(learner, rollout, args.steps, device)
+        with operator_profile(device) as operators:
+            learner.update(rollout, args.steps)
+        cell["operators"] = operators
     return cell
-
-
-def profiled_update(learner, rollout, step: int, device: torch.device, most: int = 25) -> list[list]:
-    """One ``learner.update`` under torch's profiler: the ``most`` operators by their own device time (the
-    kernels each launched itself; CPU time on CPU), each [name, calls, ms, share of the total]."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        learner.update(rollout, step)
-        if cuda:
-            torch.cuda.synchronize(device)
-    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    # The operators, not their kernels, which are listed too and would count twice.
-    events = sorted((e for e in prof.key_averages() if e.device_type == DeviceType.CPU), key=own, reverse=True)
-    total = sum(own(e) for e in events) or 1.0
-    return [[e.key, e.count, round(own(e) / 1000, 3), round(own(e) / total, 4)] for e in events[:most]]
 
 
 def largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device, build_learner,

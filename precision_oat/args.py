@@ -418,6 +418,9 @@ class LogArgs(Checked):
     overwrite: bool = False
     # Checkpoints kept in OUTPUT_DIR/checkpoints (older ones are deleted after each save); None keeps all.
     keep_checkpoints: Optional[int] = 3
+    # Run the learner's update of this step (counted from 1) under torch's profiler: the operators that took the
+    # most device time go to OUTPUT_DIR/profile.json, the first of them to the console. None profiles nothing.
+    profile_update: Optional[int] = None
 
     def check(self) -> None:
         super().check()
@@ -426,6 +429,7 @@ class LogArgs(Checked):
         if self.resume and self.overwrite:
             raise UserError("--overwrite deletes the run that --resume continues; pass one of them")
         checks.integer(self, "log_every", 1)
+        checks.integer(self, "profile_update", 1, why="the step whose update is profiled, counted from 1")
         checks.text(self, "wandb_project")
         checks.text(self, "run_name")
         if self.output_dir is not None and Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
@@ -509,6 +513,10 @@ class Args(Checked):
         for name in ("vllm_kv_cache_gb", "vllm_max_num_seqs"):
             if self.backend == "oat" and getattr(r, name) is not None:
                 reject(name, getattr(r, name), "works with --backend local only; Oat builds its vLLM engines itself")
+        if self.log.profile_update is not None and self.log.profile_update > t.steps:
+            reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps})")
+        if self.backend == "oat" and self.log.profile_update is not None:
+            reject("profile_update", self.log.profile_update, "works with --backend local only")
         if self.backend == "oat" and not r.vllm_row_seeds:
             raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
                             "per sample")

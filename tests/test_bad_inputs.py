@@ -64,6 +64,9 @@ BAD_INPUTS: list[Bad] = [
     bad("--vllm-max-num-seqs", "0"),
     bad("--backend", "oat", "--vllm-max-num-seqs", "512", flag="--vllm-max-num-seqs"),
     bad("--backend", "oat", "--no-vllm-row-seeds", flag="--no-vllm-row-seeds"),
+    bad("--profile-update", "0"),
+    bad("--steps", "2", "--profile-update", "3", flag="--profile-update"),
+    bad("--backend", "oat", "--profile-update", "1", flag="--profile-update"),
     # --- task ---
     bad("--task", "counting", "--count-lengths", "10", "20", flag="--count-lengths"),
     bad("--task", "counting", "--count-lengths", "300", "250", flag="--count-lengths"),

@@ -67,6 +67,23 @@ def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
                 (quoted, loop)
 
 
+def test_a_loops_profiled_step_is_left_out_of_its_summary(tmp_path):
+    loop = tmp_path / "loop-2x2"
+    loop.mkdir()
+    (loop / "config.json").write_text(json.dumps({"prompts_per_step": 2, "num_samples": 2, "profile_update": 4}))
+    parts = ("sample", "score", "update", "sync", "reward", "other")
+    rows, elapsed = [], 0.0
+    for step, update in ((1, 9.0), (2, 1.0), (3, 1.0), (4, 30.0)):  # step 1 warms up, step 4's update is profiled
+        elapsed += 2.0 + update
+        rows.append({"step": step, "time/elapsed_s": elapsed, "response/length_mean": 10.0,
+                     "perf/sample_tokens_per_s": 20.0, **{f"perf/time/{p}": 0.0 for p in parts},
+                     "perf/time/sample": 2.0, "perf/time/update": update})
+    (loop / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    cells = _summarized_loops(tmp_path)["loop-2x2"]
+    assert _figure(cells[4]) == 3.0  # s/step of steps 2 and 3
+    assert cells[10].strip() == "1.00 (33%)"  # their mean update
+
+
 def _section(heading: str) -> str:
     """results.md's text from ``heading`` to the next heading."""
     return (ROOT / "docs" / "results.md").read_text().split(heading, 1)[1].split("\n#", 1)[0]

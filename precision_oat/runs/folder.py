@@ -15,7 +15,8 @@ from precision_oat.presets import to_values
 
 # What a run writes into its folder (either backend); --overwrite deletes exactly these.
 RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "mismatch_probe.json", "checkpoints",
-             "preflight.json", "preflight.txt", "wandb", "vllm_init", "initial_model", "oat", "learner_error.txt")
+             "preflight.json", "preflight.txt", "profile.json", "wandb", "vllm_init", "initial_model", "oat",
+             "learner_error.txt")
 # Their presence means the folder holds a run.
 RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
 

@@ -95,6 +95,17 @@ def test_every_step_logs_where_its_time_went(tmp_path, embedded_policy_dir):
     assert split["sample"]["mean_s"] == pytest.approx(sum(r["perf/time/sample"] for r in rows) / 2)
 
 
+def test_profile_update_writes_where_that_steps_update_spent_its_time(tmp_path, embedded_policy_dir, capsys):
+    train(make_args(model=str(embedded_policy_dir), algo="pg", dtype="fp32", output_dir=str(tmp_path), profile_update=2))
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert profile["step"] == 2
+    names = [name for name, calls, ms, share in profile["operators"]]
+    assert {"aten::mm", "aten::addmm", "aten::bmm", "aten::linear"} & set(names)
+    assert all(calls >= 1 and ms >= 0 for _, calls, ms, _ in profile["operators"])
+    assert 0 < sum(share for *_, share in profile["operators"]) <= 1.0001
+    assert f"profile of step 2's update ({tmp_path / 'profile.json'})" in capsys.readouterr().out
+
+
 def test_a_builtin_cpu_run_prints_no_deepspeed_notice_and_no_progress_bar(tmp_path, embedded_policy_dir):
     # A fresh process: DeepSpeed warns once per process, at its first import (by save_pretrained).
     script = ("from precision_oat.backends.local.driver import train\n"

@@ -3,7 +3,8 @@
     python3 summarize.py [FOLDER]    # default: the folder of this script
 
 A loop's step time is the wall clock between consecutive metrics rows (step 1, which also
-compiles and warms up, is left out); its split is the mean of ``perf/time/*`` over the same steps.
+compiles and warms up, is left out, and so is a step whose update ran under the profiler,
+``--profile-update``); its split is the mean of ``perf/time/*`` over the same steps.
 """
 
 import json
@@ -19,8 +20,9 @@ def loop_row(folder: Path) -> str:
     rollout = config.get("rollout", config)
     responses = rollout["prompts_per_step"] * rollout["num_samples"]
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    timed = rows[1:]
-    steps = [b["time/elapsed_s"] - a["time/elapsed_s"] for a, b in zip(rows, rows[1:])]
+    profiled = config.get("profile_update")
+    timed = [r for r in rows[1:] if r["step"] != profiled]
+    steps = [b["time/elapsed_s"] - a["time/elapsed_s"] for a, b in zip(rows, rows[1:]) if b["step"] != profiled]
     step = median(steps)
     split = {p: mean(r[f"perf/time/{p}"] for r in timed) for p in PARTS}
     total = sum(split.values())

@@ -12,6 +12,7 @@ the end of a run (the final mismatch probe and the summary).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -33,6 +34,7 @@ from precision_oat.rl.step import RLStep
 from precision_oat.runs.checkpoint import export_policy, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
+from precision_oat.runs.profile import operator_profile, report_profile
 from precision_oat.runs.signals import StopRequest
 from precision_oat.samplers.sampler import Sampler
 from precision_oat.seeds import PROMPT_ORDER, derive_seed
@@ -74,7 +76,11 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             batch, metrics = actor.rollout(prompts_of_step(run.examples, step, per_step, train.seed), step)
             # A co-located vLLM frees its GPU memory for the update; the weight sync wakes it.
             run.sampler.sleep()
-            update = learner.update(batch.to(run.device), step)
+            profiling = step + 1 == logging.profile_update
+            with operator_profile(run.device) if profiling else contextlib.nullcontext() as operators:
+                update = learner.update(batch.to(run.device), step)
+            if profiling and world.is_main:
+                report_profile(run.out, step + 1, operators)
             metrics.update(update.stats)
             sync_start = time.perf_counter()
             push_weights(run.sampler, learner.export_weights(), run.precision, run.head_tied)
