@@ -329,6 +329,10 @@ class TrainArgs(Checked):
     zero_stage: int = 2
     # Take π_old of the first mini-batch from its own forward (detached): removes the trainer's self-gap.
     self_consistent_old_logprobs: bool = False
+    # Score π_old in a forward pass of its own before the update. --no-rescore takes each response's π_old from its
+    # forward in the update (detached), the same policy when a rollout makes one optimiser step (no
+    # --train-batch-size, one epoch): one forward less per step; the self-gap is then 0 by construction.
+    rescore: bool = True
     # Response positions per chunk of the learner's output projection and fp32 log-softmax
     # (memory: chunk × vocabulary × ~10 bytes).
     logprob_chunk_size: int = 1024
@@ -513,6 +517,11 @@ class Args(Checked):
         for name in ("vllm_kv_cache_gb", "vllm_max_num_seqs"):
             if self.backend == "oat" and getattr(r, name) is not None:
                 reject(name, getattr(r, name), "works with --backend local only; Oat builds its vLLM engines itself")
+        if not t.rescore and (t.num_epochs > 1 or (t.train_batch_size or responses) < responses):
+            raise UserError("--no-rescore needs one optimiser step per rollout, where π_old is the policy being updated; "
+                            "leave --train-batch-size unset and --num-epochs at 1, or rescore")
+        if self.backend == "oat" and not t.rescore:
+            raise UserError("--no-rescore works with --backend local only; Oat scores π_old itself")
         if self.log.profile_update is not None and self.log.profile_update > t.steps:
             reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps})")
         if self.backend == "oat" and self.log.profile_update is not None:

@@ -4,9 +4,10 @@
 #   loop-128x8-tuned         SmolLM2 counting, 128 prompts × 8 samples × ≤ 768 tokens, GRPO fp16, 4 steps, vLLM
 #                            decoding at most 512 sequences at once (its CUDA graphs cover up to 512), the learner
 #                            packing rows of similar length: end-to-end generated tokens/s (target ≥ 20k)
-#   loop-128x8-batch-seeded  the same with --no-vllm-row-seeds (one seed for the batch: vLLM draws a decode step's
-#                            noise in one kernel instead of one per sequence), and a fifth step whose update is
-#                            profiled (profile.json: where the learner's ~11 s a step go)
+#   loop-128x8-fast          the same with --no-vllm-row-seeds (one seed for the batch: vLLM draws a decode step's
+#                            noise in one kernel instead of one per sequence, which the sample time shows) and
+#                            --no-rescore (π_old from the update's forward, which the score time shows), and a fifth
+#                            step whose update is profiled (profile.json: where the learner's ~11 s a step go)
 #   ladder-4k-no-ckpt        benchmarks/scale_ladder.py: the 1.5B shape at 4k tokens without gradient checkpointing,
 #                            whose recomputation MFU does not count (29% with it; target ≥ 40%), and the operators
 #                            one more update spends its device time in (--profile)
@@ -47,7 +48,7 @@ ladder() {  # NAME, then the ladder flags that differ
 tuned=(--prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248
        --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 512)
 loop loop-128x8-tuned "${tuned[@]}" --steps 4
-loop loop-128x8-batch-seeded "${tuned[@]}" --steps 5 --no-vllm-row-seeds --profile-update 5
+loop loop-128x8-fast "${tuned[@]}" --steps 5 --no-vllm-row-seeds --no-rescore --profile-update 5
 # Activations of 8 × 4,224 tokens without recomputation: roughly 75 GiB, beside the learner's 24 GiB.
 ladder ladder-4k-no-ckpt --response-lengths 4096 --micro-batch-sizes 8 4 --no-gradient-checkpointing \
   --ratio-repeats 0 --cell-timeout-s 420 --profile

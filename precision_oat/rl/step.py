@@ -58,6 +58,9 @@ class UpdateSettings:
     temperature: float = 1.0
     # Take π_old of the first mini-batch from its own forward (detached), removing the self-gap.
     self_consistent_old_logprobs: bool = False
+    # Score π_old in a pass of its own before the update; False takes every row's from its forward in the update
+    # (one mini-batch of one epoch: the same policy), which saves that pass.
+    rescore: bool = True
     # The processes that share each step (one by default); see :mod:`~precision_oat.distributed.world`.
     world: World = SINGLE
     # Response positions per chunk of the trainer's fp32 log-softmax (:mod:`~precision_oat.rl.scoring`).
@@ -130,10 +133,9 @@ class RLStep(PolicyLoss):
         start = time.perf_counter()
         s = self.settings
         world = s.world
-        old_logprobs = self.score(rollout)
+        # Without rescoring, each row's π_old is its forward in the update, written in below.
+        old_logprobs = self.score(rollout) if s.rescore else torch.zeros_like(rollout.sampler_logprobs)
         scored = finished(rollout.input_ids.device)
-        stats = mismatch_metrics(rollout.sampler_logprobs, old_logprobs, rollout.response_mask)
-        stats.update(mismatch_breakdown(rollout.sampler_logprobs, old_logprobs, rollout.response_mask))
         advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
 
         generator = torch.Generator().manual_seed(derive_seed(s.seed, SHUFFLE, step))
@@ -147,6 +149,9 @@ class RLStep(PolicyLoss):
             mini_stats = []
             for j, micro in enumerate(mini.micro_batches):
                 batch = policy_batch(rollout, old_logprobs, advantages, micro, mini, self.forward_logprobs)
+                if not s.rescore:
+                    batch.old_logprobs = batch.logprobs.detach()
+                    old_logprobs[micro.to(old_logprobs.device), : batch.old_logprobs.shape[1]] = batch.old_logprobs
                 if k == 0:
                     first.update(_self_gap(batch, first))
                     if s.self_consistent_old_logprobs:
@@ -171,6 +176,11 @@ class RLStep(PolicyLoss):
             norms.append(norm)
             skipped += was_skipped
 
+        if not s.rescore:  # every rank wrote its rows of the one mini-batch; each needs all of them
+            rows = plan[0].index.to(old_logprobs.device)
+            old_logprobs[rows] = world.gather_rows(old_logprobs[rows[world.rows(len(rows))]])
+        stats = mismatch_metrics(rollout.sampler_logprobs, old_logprobs, rollout.response_mask)
+        stats.update(mismatch_breakdown(rollout.sampler_logprobs, old_logprobs, rollout.response_mask))
         stats.update(world.reduce(mean_stats(loss_stats)))
         stats.update(world.reduce(mean_stats(ratio_stats)))
         first.update(world.reduce({k: first[k] for k in ("_gap_sum", "_gap_tokens")}, "sum"))

@@ -68,6 +68,20 @@ def test_two_processes_end_where_one_does_and_resume(tmp_path, embedded_policy_d
     assert json.loads((two / "summary.json").read_text())["steps"] == 3
 
 
+def test_without_rescoring_two_processes_measure_the_mismatch_of_the_whole_batch(tmp_path, embedded_policy_dir):
+    # Each rank scores only its rows in its update; the mismatch is taken over every row, gathered. In bf16, where
+    # the mismatch is far above the rounding that two processes' other batches cause.
+    flags = ["--model", str(embedded_policy_dir), *COMMON, "--no-rescore", "--steps", "1"]
+    flags[flags.index("--dtype") + 1] = "bf16"
+    for processes in (1, 2):
+        done = launch(*flags, "--output-dir", str(tmp_path / str(processes)), processes=processes)
+        assert done.returncode == 0, done.stdout + done.stderr
+    [a], [b] = rows(tmp_path / "1"), rows(tmp_path / "2")
+    assert a["perf/time/score"] < 1e-3 and b["perf/time/score"] < 1e-3
+    for key in ("mismatch/abs_logp_diff_mean", "mismatch/k3", "mismatch/seq_logratio_std"):
+        assert b[key] == pytest.approx(a[key], rel=0.05), key
+
+
 def test_bf16_on_two_processes_draws_the_samples_of_one(tmp_path, embedded_policy_dir):
     flags = ["--model", str(embedded_policy_dir), *COMMON, "--steps", "2"]
     flags[flags.index("--dtype") + 1] = "bf16"

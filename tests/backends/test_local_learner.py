@@ -159,3 +159,33 @@ def test_cached_memory_is_released_once_before_the_optimiser_makes_its_state(mon
     # Two mini-batches a rollout: the optimiser has no state at its first step, and memory goes back only then.
     assert events == [("release", "cpu"), ("step", 0), ("step", len(learner.optimizer.state))] + \
         [("step", len(learner.optimizer.state))] * 2
+
+
+@pytest.mark.parametrize("learner_kind", ["builtin", "deepspeed"])
+def test_without_rescoring_each_row_is_scored_once_and_the_update_is_the_self_consistent_one(learner_kind):
+    rollout = rollout_of(tiny_model(), max_new_tokens=12)
+    flags = dict(dtype="fp32", algo="grpo", num_samples=4, micro_batch_size=4, learner=learner_kind)
+    rescoring = build(tiny_model(), self_consistent_old_logprobs=True, **flags)
+    alone = build(tiny_model(), rescore=False, **flags)
+    rows_through = {}
+    for name, learner in (("rescoring", rescoring), ("alone", alone)):
+        rows_through[name] = []
+        # The scoring runs the model's body, then its head one chunk at a time.
+        learner.model.get_decoder().register_forward_hook(
+            lambda m, args, kwargs, out, rows=rows_through[name]: rows.append(len(kwargs["input_ids"])), with_kwargs=True)
+
+    updates = {name: learner.update(rollout, step=0) for name, learner in (("rescoring", rescoring), ("alone", alone))}
+
+    assert sum(rows_through["rescoring"]) == 2 * rollout.num_sequences
+    assert sum(rows_through["alone"]) == rollout.num_sequences
+    assert updates["alone"].stats["perf/time/score"] < updates["rescoring"].stats["perf/time/score"]
+    # The loss took π_old from the same forward both ways, so the step is the same.
+    for a, b in zip(rescoring.model.parameters(), alone.model.parameters()):
+        assert torch.equal(a, b)
+    # π_old is every response's own forward: the same policy as the rescoring pass, up to the batch it ran in.
+    mask = rollout.response_mask.bool()
+    assert torch.allclose(updates["alone"].old_logprobs[mask], updates["rescoring"].old_logprobs[mask], atol=1e-5)
+    assert not updates["alone"].old_logprobs[~mask].any()
+    for key in ("mismatch/abs_logp_diff_mean", "mismatch/k3"):
+        assert updates["alone"].stats[key] == pytest.approx(updates["rescoring"].stats[key], rel=1e-3, abs=1e-7)
+    assert updates["alone"].stats["precision/self_gap_abs_mean"] == 0.0
