@@ -3,7 +3,7 @@
 #
 #   speed      benchmarks/step_time.py: built-in vs vLLM sampler tokens/s, built-in vs DeepSpeed
 #              learner step time, fp16 and bf16 (the command of docs/results.md §3)
-#   seeds      benchmarks/step_time.py: vLLM's tokens/s at 512 prompts × 768 tokens with a seed per sequence
+#   seeds      benchmarks/step_time.py: vLLM's tokens/s at 512 prompts × 512 tokens with a seed per sequence
 #              and with one seed for the batch (--no-vllm-row-seeds)
 #   lab-pair   the mismatch lab on vLLM × DeepSpeed, on the counting task's own prompts (long answers)
 #   lab-head   the built-in lab (KV-cache sampler × HF trainer) with the fp32-lm_head arm, same prompts
@@ -33,7 +33,7 @@ lab=(python3 -m precision_oat.mismatch --model "$HF" --task counting --num-sampl
 part speed python3 benchmarks/step_time.py --model "$HF" --dtypes fp16 bf16 --learners builtin deepspeed \
   --samplers builtin vllm --batch 128 --prompt-len 64 --response-len 256 --device cuda --output "$RUNS/speed/step_time.json"
 part seeds python3 benchmarks/step_time.py --model "$HF" --dtypes fp16 --learners --samplers vllm vllm-batch-seeded \
-  --batch 512 --prompt-len 64 --response-len 768 --device cuda --output "$RUNS/seeds/step_time.json"
+  --batch 512 --prompt-len 64 --response-len 512 --device cuda --output "$RUNS/seeds/step_time.json"
 part lab-pair "${lab[@]}" --num-prompts 64 --sampler vllm --trainer deepspeed --micro-batch-size 16 \
   --vllm-gpu-memory-utilization 0.2 --dtypes bf16 fp16 fp32 --output-dir "$RUNS/lab-pair"
 part lab-head "${lab[@]}" --num-prompts 32 --sampler builtin --trainer hf --micro-batch-size 16 \
