@@ -1,1 +1,1 @@
-"""A run's bookkeeping on disk: its folder and lock, resume, checkpoints, signals and metrics log."""
+"""A run's bookkeeping on disk: its folder and lock, resume, checkpoints, signals, metrics log and update profile."""
