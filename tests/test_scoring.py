@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from precision_oat.rl.scoring import logits_logprobs, projects_plainly, token_logprobs
@@ -210,6 +211,37 @@ def test_model_scoring_never_holds_more_than_a_chunk_of_the_vocabulary_in_any_dt
     with LargestVocabularyWide(vocab, hidden=64) as recorder:
         model(input_ids=ids, attention_mask=attention)
     assert recorder.largest == ids.numel() * vocab
+
+
+class AttentionMasks(TorchFunctionMode):
+    """The ``attn_mask`` of every scaled-dot-product attention the model runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.masks = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            self.masks.append(kwargs.get("attn_mask", args[3] if len(args) > 3 else None))
+        return func(*args, **kwargs)
+
+
+def test_right_padded_rows_reach_attention_without_a_mask_and_score_as_each_row_alone():
+    ids, attention, mask = _sequences(vocab=VOCAB)
+    model = tiny_model("llama", vocab=VOCAB)
+    assert model.config._attn_implementation == "sdpa"
+    with AttentionMasks() as seen:
+        batch = token_logprobs(model, ids, attention, 0.7, response_mask=mask)
+    assert seen.masks and all(m is None for m in seen.masks)
+    last = int(attention[-1].sum())
+    alone = token_logprobs(model, ids[-1:, :last], attention[-1:, :last], 0.7, response_mask=mask[-1:, :last - 1])
+    torch.testing.assert_close(batch[-1, :last - 1], alone[0], rtol=0, atol=1e-5)
+    # A left-padded row would see its padding without the mask: the mask is kept.
+    left = torch.cat([attention[-1:, last:], attention[-1:, :last]], dim=1)
+    with AttentionMasks() as seen:
+        token_logprobs(model, ids[-1:], left, 0.7, response_mask=mask[-1:])
+    assert seen.masks and all(m is not None for m in seen.masks)
 
 
 def test_model_scoring_with_no_response_position_still_carries_a_gradient():

@@ -133,10 +133,22 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     """
     causal_lm = getattr(model, "module", model)
     body = causal_lm.get_decoder()
+    mask = padding_mask(attention_mask)
     return causal_lm_logprobs(
-        causal_lm, lambda: body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state,
-        lambda: model(input_ids=input_ids, attention_mask=attention_mask).logits,
+        causal_lm, lambda: body(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state,
+        lambda: model(input_ids=input_ids, attention_mask=mask).logits,
         input_ids, temperature, truncation, response_mask, chunk_size)
+
+
+def padding_mask(attention_mask: torch.Tensor) -> Optional[torch.Tensor]:
+    """The mask a causal LM needs for these rows: none where every row is right-padded.
+
+    Causal attention never lets a token see the padding after it, so a right-padded row's tokens
+    get the same values without the mask. Without one, torch's SDPA can take its flash kernel;
+    a padding mask sends it to the memory-efficient one, which took a third of SmolLM2's update
+    on an H200 (docs/results.md §4d). Left-padded or gapped rows keep their mask.
+    """
+    return None if bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()) else attention_mask
 
 
 def causal_lm_logprobs(causal_lm, hidden_states: Callable[[], torch.Tensor], logits: Callable[[], torch.Tensor],
