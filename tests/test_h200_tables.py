@@ -109,6 +109,25 @@ def test_the_third_scale_run_quoted_in_results_is_that_of_its_files():
         assert _figure(step.split(" s:")[0]) == pytest.approx(cell["step_time_s"], abs=0.05)
 
 
+def test_the_fourth_scale_run_quoted_in_results_is_that_of_its_files():
+    section = _section("### Fourth run")
+    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    loops = _summarized_loops(RESULTS / "h200_scale_4")
+    for quoted, loop in (("a seed per row, π_old rescored", "loop-128x8-tuned"),
+                         ("`--no-vllm-row-seeds --no-rescore`", "loop-128x8-fast")):
+        for column, summarized in ((2, 4), (3, 6), (4, 7)):  # s/step, sampler tok/s, end-to-end tok/s
+            assert _figure(rows[quoted][column]) == pytest.approx(_figure(loops[loop][summarized]), rel=0.01)
+        assert rows[quoted][6].strip() == loops[loop][-2].strip()
+    [cell] = json.loads((RESULTS / "h200_scale_4" / "ladder-4k-no-ckpt.json").read_text())["cells"]
+    shown_tokens, shown_mfu = rows["no checkpointing"][4].rsplit(", ", 1)
+    assert _figure(shown_tokens) == pytest.approx(cell["learner_tokens_per_s"], rel=0.001)
+    assert float(shown_mfu.strip().rstrip("%")) == pytest.approx(100 * cell["mfu"], abs=0.05)
+    assert _figure(rows["no checkpointing"][5].split(" s:")[0]) == pytest.approx(cell["step_time_s"], abs=0.05)
+    ratio = json.loads((RESULTS / "h200_scale_4" / "ladder-ratio.json").read_text())
+    for part in ("step", "learner"):
+        assert f"{part} time {ratio[f'fp16_over_bf16_{part}_time']['qwen2.5-1.5b']:.3f}x" in section
+
+
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
 ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
 
