@@ -244,6 +244,33 @@ def test_right_padded_rows_reach_attention_without_a_mask_and_score_as_each_row_
     assert seen.masks and all(m is not None for m in seen.masks)
 
 
+class VocabularyWidePasses(TorchDispatchMode):
+    """The operators that write an fp32 tensor as wide as the vocabulary, in call order."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab, self.names = vocab, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == self.vocab and t.dtype == torch.float32:
+                self.names.append(func.overloadpacket.__name__)
+        return out
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_scoring_passes_over_a_chunks_vocabulary_in_fp32_only_to_cast_it_and_take_its_log_softmax(temperature):
+    vocab, chunk_size = 96, 8
+    ids, attention, mask = _sequences(vocab)
+    model = tiny_model("llama", vocab=vocab).to(torch.bfloat16)
+    chunks = -(-int(mask.sum()) // chunk_size)
+    with torch.no_grad(), VocabularyWidePasses(vocab) as passes:
+        token_logprobs(model, ids, attention, temperature, response_mask=mask, chunk_size=chunk_size)
+    per_chunk = ["_to_copy", "_log_softmax"] if temperature == 1.0 else ["_to_copy", "div", "_log_softmax"]
+    assert passes.names == per_chunk * chunks
+
+
 def test_model_scoring_with_no_response_position_still_carries_a_gradient():
     ids, attention, mask = _sequences(vocab=VOCAB)
     model = tiny_model(vocab=VOCAB)

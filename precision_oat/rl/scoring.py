@@ -55,22 +55,26 @@ def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: 
 
 
 class ChunkedLogprobs(torch.autograd.Function):
-    """log softmax(z / T)[target] at some rows of [R, V] logits, in fp32, ``chunk_size`` rows at a time.
+    """log softmax(z / T)[target] at some rows of [R, V] logits (every row, in order, for ``rows=None``),
+    in fp32, ``chunk_size`` rows at a time.
 
     Saved for the backward: the logits themselves (in their own dtype), the targets and one
-    log-normaliser per row; each chunk's softmax is recomputed there.
+    log-normaliser per row; each chunk's softmax is recomputed there. At the vocabulary's width
+    every pass over a chunk counts (a sixth of a 1.5B model's update), so none is made twice.
     """
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, temperature: float,
+    def forward(ctx, logits: torch.Tensor, rows: Optional[torch.Tensor], targets: torch.Tensor, temperature: float,
                 chunk_size: int, counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor]) -> torch.Tensor:
-        logprobs = torch.empty(len(rows), dtype=torch.float32, device=logits.device)
+        n = len(logits) if rows is None else len(rows)
+        logprobs = torch.empty(n, dtype=torch.float32, device=logits.device)
         log_norm = torch.empty_like(logprobs)
-        for chunk, kept in _chunks(len(rows), chunk_size, counts, kept_ids):
-            scaled = logits[rows[chunk]].float() / temperature
+        for chunk, kept in _chunks(n, chunk_size, counts, kept_ids):
+            scaled = _scaled(logits, rows, chunk, temperature)
             target = targets[chunk]
             logprobs[chunk] = scaled.log_softmax(-1).gather(-1, target[:, None]).squeeze(-1)
-            log_norm[chunk] = scaled.logsumexp(-1)
+            # log Σ exp, from the log-softmax just taken rather than a pass of its own.
+            log_norm[chunk] = scaled.gather(-1, target[:, None]).squeeze(-1) - logprobs[chunk]
             if kept is not None:
                 positions, renormalised, kept_log_norm = kept_set_logprobs(scaled, target, counts[chunk], kept)
                 logprobs[chunk.start + positions] = renormalised
@@ -84,18 +88,28 @@ class ChunkedLogprobs(torch.autograd.Function):
     def backward(ctx, grad_logprobs: torch.Tensor):
         logits, rows, targets, log_norm, counts, kept_ids = ctx.saved_tensors
         temperature = ctx.temperature
-        grad_logits = torch.zeros_like(logits)
-        for chunk, kept in _chunks(len(rows), ctx.chunk_size, counts, kept_ids):
-            index = rows[chunk]
-            scaled = logits[index].float() / temperature
-            probs = (scaled - log_norm[chunk, None]).exp()
+        # Every row gets its gradient written when there is no row index; only the indexed ones otherwise.
+        grad_logits = torch.empty_like(logits) if rows is None else torch.zeros_like(logits)
+        for chunk, kept in _chunks(len(grad_logprobs), ctx.chunk_size, counts, kept_ids):
+            probs = (_scaled(logits, rows, chunk, temperature) - log_norm[chunk, None]).exp_()
             if kept is not None:
                 probs = _kept_only(probs, counts[chunk], kept)
             # d log p_y / dz = (onehot(y) − p) / T, times the incoming gradient of each row.
             grad = probs.mul_(-grad_logprobs[chunk, None])
-            grad[torch.arange(len(index), device=grad.device), targets[chunk]] += grad_logprobs[chunk]
-            grad_logits[index] = grad.div_(temperature).to(logits.dtype)
+            grad[torch.arange(len(grad), device=grad.device), targets[chunk]] += grad_logprobs[chunk]
+            if temperature != 1.0:
+                grad.div_(temperature)
+            if rows is None:
+                grad_logits[chunk] = grad  # cast to the logits' dtype by the copy
+            else:
+                grad_logits[rows[chunk]] = grad.to(logits.dtype)
         return grad_logits, None, None, None, None, None, None
+
+
+def _scaled(logits: torch.Tensor, rows: Optional[torch.Tensor], chunk: slice, temperature: float) -> torch.Tensor:
+    """A chunk's logits in fp32 over the temperature (dividing by 1 would change nothing and cost a pass)."""
+    part = (logits[chunk] if rows is None else logits[rows[chunk]]).float()
+    return part if temperature == 1.0 else part / temperature
 
 
 def _chunks(n: int, chunk_size: int, counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor]):
@@ -203,8 +217,7 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
 def _projected_logprobs(head: torch.nn.Module, states: torch.Tensor, targets: torch.Tensor, temperature: float,
                         counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor]) -> torch.Tensor:
     """One chunk: its logits, then their fp32 log-softmax at the targets (in one piece)."""
-    rows = torch.arange(len(states), device=states.device)
-    return ChunkedLogprobs.apply(head(states), rows, targets, temperature, max(len(states), 1), counts, kept_ids)
+    return ChunkedLogprobs.apply(head(states), None, targets, temperature, max(len(states), 1), counts, kept_ids)
 
 
 def _scored(response_mask: Optional[torch.Tensor], b: int, l: int, device) -> torch.Tensor:
