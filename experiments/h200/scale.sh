@@ -1,18 +1,15 @@
 #!/usr/bin/env bash
-# The paper's scale on one H200 (docs/results.md §4d), what the third run left open:
+# The paper's scale on one H200 (docs/results.md §4d), what the fourth run left open:
 #
-#   loop-128x8-tuned         SmolLM2 counting, 128 prompts × 8 samples × ≤ 768 tokens, GRPO fp16, 4 steps, vLLM
-#                            decoding at most 512 sequences at once (its CUDA graphs cover up to 512), the learner
-#                            packing rows of similar length: end-to-end generated tokens/s (target ≥ 20k)
-#   loop-128x8-fast          the same with --no-vllm-row-seeds (one seed for the batch: vLLM draws a decode step's
-#                            noise in one kernel instead of one per sequence, which the sample time shows) and
-#                            --no-rescore (π_old from the update's forward, which the score time shows), and a fifth
-#                            step whose update is profiled (profile.json: where the learner's ~11 s a step go)
-#   ladder-4k-no-ckpt        benchmarks/scale_ladder.py: the 1.5B shape at 4k tokens without gradient checkpointing,
-#                            whose recomputation MFU does not count (29% with it; target ≥ 40%), and the operators
-#                            one more update spends its device time in (--profile)
-#   ladder-ratio             the fp16/bf16 step-time and learner-time ratios of the 1.5B shape at 1k tokens, three
-#                            cells of each dtype alternating, until $DEADLINE (target ≤ 1.02)
+#   ladder-MODEL-N       benchmarks/scale_ladder.py: the shapes the ladder has not run yet, SmolLM2-135M, Qwen2.5-0.5B
+#                        and Qwen2.5-3B, at N = 1k, 4k and 8k response tokens (the 1.5B shape's three lengths are in the
+#                        third and fourth runs), gradient checkpointing, each cell at one micro-batch sized to its
+#                        tokens (no failed attempt first), smallest model first
+#   loop-128x8-fast      SmolLM2 counting, 128 prompts × 8 samples × ≤ 768 tokens, as the fourth run's fast loop: right-
+#                        padded rows now reach the model without a padding mask (SDPA's flash kernel instead of the
+#                        memory-efficient one, a third of its update's device time then), and a profiled fifth update
+#   ladder-4k-no-ckpt    the 1.5B shape at 4k without checkpointing (33.4% MFU in the fourth run), with fewer
+#                        vocabulary-wide passes in the chunked log-softmax, and its operator profile
 #
 # Usage on the device machine, repo root, with the bundle installed as ../shared/gpu/README.md says:
 #   HF=<SmolLM2 HF folder> RUNS=<results folder> DEADLINE=<epoch seconds> bash experiments/h200/scale.sh
@@ -22,7 +19,6 @@ set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
 DEADLINE=${DEADLINE:?set DEADLINE to the epoch second by which everything must have stopped}
-LADDER_MODELS=${LADDER_MODELS:-qwen2.5-1.5b}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -39,18 +35,20 @@ loop() {  # NAME, then the flags that differ
 ladder() {  # NAME, then the ladder flags that differ
   local name=$1; shift
   echo "$(date +%T) $name" >> "$RUNS/phases.log"
-  # shellcheck disable=SC2086
-  python3 benchmarks/scale_ladder.py --models $LADDER_MODELS --time-limit-s "$(( $(left) - 30 ))" \
+  python3 benchmarks/scale_ladder.py --time-limit-s "$(( $(left) - 30 ))" --ratio-repeats 0 \
     --model-cache "${MODELS:-$HOME/ladder-models}" --output "$RUNS/$name.json" "$@" > "$RUNS/$name.log" 2>&1
 }
 
-# 128 × 8 × (≤ 512 + 768) tokens would need 28 GiB; the utilization leaves vLLM ~65 GiB.
-tuned=(--prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248
-       --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 512)
-loop loop-128x8-tuned "${tuned[@]}" --steps 4
-loop loop-128x8-fast "${tuned[@]}" --steps 5 --no-vllm-row-seeds --no-rescore --profile-update 5
-# Activations of 8 × 4,224 tokens without recomputation: roughly 75 GiB, beside the learner's 24 GiB.
-ladder ladder-4k-no-ckpt --response-lengths 4096 --micro-batch-sizes 8 4 --no-gradient-checkpointing \
-  --ratio-repeats 0 --cell-timeout-s 420 --profile
-ladder ladder-ratio --response-lengths --micro-batch-sizes 32 --steps 3
+# Micro-batches: the 1.5B shape peaked at 42 GiB with 8 × 8,320 tokens; the smaller shapes keep far less a token,
+# and the 3B shape holds 43 GiB of ZeRO-1 state (14 bytes a parameter) before its activations.
+for cell in "smollm2-135m 1024 64" "smollm2-135m 4096 64" "smollm2-135m 8192 32" \
+            "qwen2.5-0.5b 1024 64" "qwen2.5-0.5b 4096 32" "qwen2.5-0.5b 8192 16" \
+            "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"; do
+  read -r model length micro <<< "$cell"
+  ladder "ladder-$model-$length" --models "$model" --response-lengths "$length" --micro-batch-sizes "$micro"
+done
+loop loop-128x8-fast --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
+  --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 512 --steps 5 --no-vllm-row-seeds --no-rescore --profile-update 5
+ladder ladder-4k-no-ckpt --models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 \
+  --no-gradient-checkpointing --profile
 echo "$(date +%T) done" >> "$RUNS/phases.log"
