@@ -122,6 +122,8 @@ class LadderArgs:
     zero_stage: int = 1
     # Recompute activations in the backward.
     gradient_checkpointing: bool = True
+    # torch.compile each decoder layer of the learner's model (the run flag --compile-layers).
+    compile_layers: bool = False
     # Fraction of the GPU vLLM may take for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.4
     # Size vLLM's KV cache to one step's sequences (see kv_cache_gb) instead of what the utilization leaves.
@@ -215,7 +217,7 @@ def cell_args(args: LadderArgs, response_len: int, dtype: DType, micro_batch_siz
     if args.kv_cache_for_the_step and config is not None:
         kv_cache = kv_cache_gb(config, args.prompts_per_step * args.num_samples, args.prompt_len + response_len, dtype)
     return Args(
-        model=ModelArgs(gradient_checkpointing=args.gradient_checkpointing),
+        model=ModelArgs(gradient_checkpointing=args.gradient_checkpointing, compile_layers=args.compile_layers),
         precision=PrecisionArgs(dtype=dtype),
         algorithm=AlgorithmArgs(algo="pg"),
         rollout=RolloutArgs(sampler=args.sampler, prompts_per_step=args.prompts_per_step, num_samples=args.num_samples,

@@ -57,6 +57,9 @@ class ModelArgs(Checked):
     attn_implementation: str = "sdpa"
     # Recompute activations in backward to save memory.
     gradient_checkpointing: bool = False
+    # torch.compile each decoder layer of the learner's model: fuses the element-wise work around the matrix
+    # products (norms, rotary embeddings, the MLP's gate). The first steps compile; local backend only.
+    compile_layers: bool = False
 
     def check(self) -> None:
         super().check()
@@ -526,6 +529,8 @@ class Args(Checked):
             reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps})")
         if self.backend == "oat" and self.log.profile_update is not None:
             reject("profile_update", self.log.profile_update, "works with --backend local only")
+        if self.backend == "oat" and self.model.compile_layers:
+            raise UserError("--compile-layers works with --backend local only; Oat builds its learner's model itself")
         if self.backend == "oat" and not r.vllm_row_seeds:
             raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
                             "per sample")

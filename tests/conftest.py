@@ -24,14 +24,14 @@ def embedded_policy_dir():
     return embedded_policy(log=lambda *_: None)
 
 
-def tiny_model(kind: str = "qwen2", seed: int = 0, hidden: int = 64, vocab: int = 32):
+def tiny_model(kind: str = "qwen2", seed: int = 0, hidden: int = 64, vocab: int = 32, layers: int = 2):
     """A random Llama-family model small enough to run dozens of times per test."""
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     torch.manual_seed(seed)
     cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[kind]
     config = cls(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=kind == "qwen2",
     )
     return AutoModelForCausalLM.from_config(config).float().eval()

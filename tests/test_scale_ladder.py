@@ -111,6 +111,12 @@ def test_the_kv_cache_of_a_cell_holds_its_sequences_in_its_dtype():
         .rollout.vllm_kv_cache_gb is None
 
 
+def test_a_cells_model_flags_are_the_ladders():
+    args = ladder.LadderArgs(gradient_checkpointing=False, compile_layers=True)
+    model = ladder.cell_args(args, 1024, "fp16", 8).model
+    assert (model.gradient_checkpointing, model.compile_layers) == (False, True)
+
+
 def test_the_allocator_picture_sums_live_blocks_by_the_frames_that_allocated_them():
     def frame(path, line, name):
         return {"filename": path, "line": line, "name": name}

@@ -8,8 +8,11 @@
 #   loop-128x8-fast      SmolLM2 counting, 128 prompts × 8 samples × ≤ 768 tokens, as the fourth run's fast loop: right-
 #                        padded rows now reach the model without a padding mask (SDPA's flash kernel instead of the
 #                        memory-efficient one, a third of its update's device time then), and a profiled fifth update
-#   ladder-4k-no-ckpt    the 1.5B shape at 4k without checkpointing (33.4% MFU in the fourth run), with fewer
-#                        vocabulary-wide passes in the chunked log-softmax, and its operator profile
+#   ladder-4k-compiled   the 1.5B shape at 4k without checkpointing (33.4% MFU in the fourth run, target ≥ 40%) with
+#                        --compile-layers (torch.compile fusing the element-wise work that took half the update's
+#                        device time), between the small shapes and the 3B one, and its operator profile
+#   ladder-4k-no-ckpt    the same without compiling: what the fewer vocabulary-wide passes of the chunked log-softmax
+#                        alone changed since the fourth run
 #
 # Usage on the device machine, repo root, with the bundle installed as ../shared/gpu/README.md says:
 #   HF=<SmolLM2 HF folder> RUNS=<results folder> DEADLINE=<epoch seconds> bash experiments/h200/scale.sh
@@ -41,14 +44,19 @@ ladder() {  # NAME, then the ladder flags that differ
 
 # Micro-batches: the 1.5B shape peaked at 42 GiB with 8 × 8,320 tokens; the smaller shapes keep far less a token,
 # and the 3B shape holds 43 GiB of ZeRO-1 state (14 bytes a parameter) before its activations.
-for cell in "smollm2-135m 1024 64" "smollm2-135m 4096 64" "smollm2-135m 8192 32" \
-            "qwen2.5-0.5b 1024 64" "qwen2.5-0.5b 4096 32" "qwen2.5-0.5b 8192 16" \
-            "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"; do
-  read -r model length micro <<< "$cell"
-  ladder "ladder-$model-$length" --models "$model" --response-lengths "$length" --micro-batch-sizes "$micro"
-done
+grid() {  # "MODEL LENGTH MICRO-BATCH" …
+  local cell model length micro
+  for cell in "$@"; do
+    read -r model length micro <<< "$cell"
+    ladder "ladder-$model-$length" --models "$model" --response-lengths "$length" --micro-batch-sizes "$micro"
+  done
+}
+grid "smollm2-135m 1024 64" "smollm2-135m 4096 64" "smollm2-135m 8192 32" \
+     "qwen2.5-0.5b 1024 64" "qwen2.5-0.5b 4096 32" "qwen2.5-0.5b 8192 16"
+no_ckpt=(--models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 --no-gradient-checkpointing --profile)
+ladder ladder-4k-compiled "${no_ckpt[@]}" --compile-layers
+grid "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"
 loop loop-128x8-fast --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
   --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 512 --steps 5 --no-vllm-row-seeds --no-rescore --profile-update 5
-ladder ladder-4k-no-ckpt --models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 \
-  --no-gradient-checkpointing --profile
+ladder ladder-4k-no-ckpt "${no_ckpt[@]}"
 echo "$(date +%T) done" >> "$RUNS/phases.log"

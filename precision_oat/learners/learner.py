@@ -85,3 +85,13 @@ class Learner(RLStep):
 
     def load_state(self, folder: Path) -> None:
         raise NotImplementedError
+
+
+def compile_layers(model: torch.nn.Module) -> None:
+    """torch.compile each decoder layer of an HF causal LM (or of one wrapped by LoRA), in place.
+
+    Compiling happens at a layer's first call. The layers share their code, so one graph serves all of
+    them (a new one for each new family of shapes); gradient checkpointing recomputes the compiled layer.
+    """
+    for layer in model.get_decoder().layers:
+        layer.compile()

@@ -32,7 +32,7 @@ SAFE_ON_RESUME = frozenset({
     "eval_every", "eval_data", "eval_benchmarks", "eval_limit", "eval_samples", "eval_temperature", "eval_top_p",
     "eval_max_new_tokens",
     # resources: the same step computed on other hardware or in other memory chunks
-    "device", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing", "logprob_chunk_size",
+    "device", "micro_batch_size", "micro_batch_tokens", "gradient_checkpointing", "compile_layers", "logprob_chunk_size",
     "vllm_gpu_memory_utilization", "vllm_kv_cache_gb", "vllm_max_num_seqs", "vllm_prefix_caching", "vllm_enforce_eager",
     "vllm_sleep",
     # the fp16 preflight runs before a new run only

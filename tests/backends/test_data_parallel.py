@@ -26,7 +26,10 @@ COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--lea
 def launch(*flags, processes: int = 1, wait: bool = True):
     runner = [sys.executable, "-m", "precision_oat.main"] if processes == 1 else \
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), "-m", "precision_oat.main"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # Not the rendezvous of a process group this test process may hold (a DeepSpeed learner built in-process).
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
+                                                                   "WORLD_SIZE")}
+    env = {**inherited, "OMP_NUM_THREADS": "1"}
     if not wait:
         return subprocess.Popen(runner + list(flags), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(runner + list(flags), env=env, capture_output=True, text=True, timeout=600)

@@ -31,6 +31,7 @@ from precision_oat.distributed.world import SINGLE, World, check_layout, check_s
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_process_group
+from precision_oat.learners.learner import compile_layers
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import load_policy, resolve_device
 from precision_oat.precision.lm_head import head_is_tied
@@ -152,7 +153,10 @@ def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, 
     cls = learner_class or compose(spec, learner_base(t.learner))
     with out_of_memory_explained(f"the {t.learner} learner's start (weights, masters, optimiser state)",
                                  LEARNER_MEMORY_FLAGS):
-        return cls(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
+        learner = cls(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
+    if args.model.compile_layers:
+        compile_layers(learner.model)
+    return learner
 
 
 def learner_base(learner: str) -> type:
