@@ -179,15 +179,17 @@ def test_model_scoring_matches_the_full_logits_in_values_and_gradients(kind, top
         assert float((grads[name] - grad).abs().max()) <= 1e-5 * float(grad.abs().max()), name
 
 
-class LargestVocabularyWide(TorchDispatchMode):
-    """Records the element count of the largest tensor, of any dtype, whose last dimension is the
-    vocabulary, other than one shaped like the output projection's weight (its gradient)."""
+class VocabularyWide(TorchDispatchMode):
+    """Watches the tensors, of any dtype, whose last dimension is the vocabulary, other than one shaped like
+    the output projection's weight (its gradient): the element count of the largest, and the operators that
+    wrote the fp32 ones, in call order."""
 
     def __init__(self, vocab: int, hidden: int):
         super().__init__()
         self.vocab = vocab
         self.weight_shape = sorted((vocab, hidden))
         self.largest = 0
+        self.fp32_writers = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -195,6 +197,8 @@ class LargestVocabularyWide(TorchDispatchMode):
             wide = isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == self.vocab
             if wide and sorted(t.shape) != self.weight_shape:
                 self.largest = max(self.largest, t.numel())
+                if t.dtype == torch.float32:
+                    self.fp32_writers.append(func.overloadpacket.__name__)
         return out
 
 
@@ -204,11 +208,11 @@ def test_model_scoring_never_holds_more_than_a_chunk_of_the_vocabulary_in_any_dt
     vocab, chunk_size = 96, 8
     ids, attention, mask = _sequences(vocab)
     model = tiny_model("llama", vocab=vocab).to(dtype).train()
-    with LargestVocabularyWide(vocab, hidden=64) as recorder:
+    with VocabularyWide(vocab, hidden=64) as recorder:
         (token_logprobs(model, ids, attention, 0.7, response_mask=mask, chunk_size=chunk_size) * mask).sum().backward()
     assert 0 < recorder.largest <= chunk_size * vocab
     # The same forward through the model's own logits holds all positions at once: the recorder sees it.
-    with LargestVocabularyWide(vocab, hidden=64) as recorder:
+    with VocabularyWide(vocab, hidden=64) as recorder:
         model(input_ids=ids, attention_mask=attention)
     assert recorder.largest == ids.numel() * vocab
 
@@ -244,31 +248,16 @@ def test_right_padded_rows_reach_attention_without_a_mask_and_score_as_each_row_
     assert seen.masks and all(m is not None for m in seen.masks)
 
 
-class VocabularyWidePasses(TorchDispatchMode):
-    """The operators that write an fp32 tensor as wide as the vocabulary, in call order."""
-
-    def __init__(self, vocab: int):
-        super().__init__()
-        self.vocab, self.names = vocab, []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, torch.Tensor) and t.dim() and t.shape[-1] == self.vocab and t.dtype == torch.float32:
-                self.names.append(func.overloadpacket.__name__)
-        return out
-
-
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_scoring_passes_over_a_chunks_vocabulary_in_fp32_only_to_cast_it_and_take_its_log_softmax(temperature):
     vocab, chunk_size = 96, 8
     ids, attention, mask = _sequences(vocab)
     model = tiny_model("llama", vocab=vocab).to(torch.bfloat16)
     chunks = -(-int(mask.sum()) // chunk_size)
-    with torch.no_grad(), VocabularyWidePasses(vocab) as passes:
+    with torch.no_grad(), VocabularyWide(vocab, hidden=64) as recorder:
         token_logprobs(model, ids, attention, temperature, response_mask=mask, chunk_size=chunk_size)
     per_chunk = ["_to_copy", "_log_softmax"] if temperature == 1.0 else ["_to_copy", "div", "_log_softmax"]
-    assert passes.names == per_chunk * chunks
+    assert recorder.fp32_writers == per_chunk * chunks
 
 
 def test_model_scoring_with_no_response_position_still_carries_a_gradient():
