@@ -508,32 +508,13 @@ class Args(Checked):
         _check_advantage(algorithm_spec(self), r.num_samples)
         if self.log.resume and self.log.output_dir is None:
             raise UserError("--resume needs --output-dir, the folder of the run to continue")
-        if self.log.resume and self.backend == "oat":
-            raise UserError("--resume works with --backend local only; Oat's runs start afresh")
-        for name in ("learner_class", "actor_class"):
-            if getattr(self.train, name) is not None and self.backend == "oat":
-                raise UserError(f"{checks.flag(name)} works with --backend local; with Oat, hand your classes to "
-                                "oat.interface.get_program (docs/extending.md)")
-        if self.backend == "oat" and t.micro_batch_tokens is not None:
-            reject("micro_batch_tokens", t.micro_batch_tokens, "works with --backend local only; Oat cuts its "
-                   "micro-batches by --micro-batch-size")
-        for name in ("vllm_kv_cache_gb", "vllm_max_num_seqs"):
-            if self.backend == "oat" and getattr(r, name) is not None:
-                reject(name, getattr(r, name), "works with --backend local only; Oat builds its vLLM engines itself")
         if not t.rescore and (t.num_epochs > 1 or (t.train_batch_size or responses) < responses):
             raise UserError("--no-rescore needs one optimiser step per rollout, where π_old is the policy being updated; "
                             "leave --train-batch-size unset and --num-epochs at 1, or rescore")
-        if self.backend == "oat" and not t.rescore:
-            raise UserError("--no-rescore works with --backend local only; Oat scores π_old itself")
         if self.log.profile_update is not None and self.log.profile_update > t.steps:
             reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps})")
-        if self.backend == "oat" and self.log.profile_update is not None:
-            reject("profile_update", self.log.profile_update, "works with --backend local only")
-        if self.backend == "oat" and self.model.compile_layers:
-            raise UserError("--compile-layers works with --backend local only; Oat builds its learner's model itself")
-        if self.backend == "oat" and not r.vllm_row_seeds:
-            raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
-                            "per sample")
+        if self.backend == "oat":
+            _refuse_local_only_flags(self)
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")
@@ -554,6 +535,32 @@ class Args(Checked):
                         f"{checks.flag(name)} applies to --task math; the arithmetic task makes its own prompts "
                         f"and benchmark (add --task math or drop {checks.flag(name)} {checks.shown(value)})"
                     )
+
+
+def _refuse_local_only_flags(args: Args) -> None:
+    """The local backend's flags that Oat has no place for, each refused in one line saying what Oat does instead."""
+    r, t = args.rollout, args.train
+    if args.log.resume:
+        raise UserError("--resume works with --backend local only; Oat's runs start afresh")
+    for name in ("learner_class", "actor_class"):
+        if getattr(t, name) is not None:
+            raise UserError(f"{checks.flag(name)} works with --backend local; with Oat, hand your classes to "
+                            "oat.interface.get_program (docs/extending.md)")
+    if t.micro_batch_tokens is not None:
+        reject("micro_batch_tokens", t.micro_batch_tokens, "works with --backend local only; Oat cuts its "
+               "micro-batches by --micro-batch-size")
+    for name in ("vllm_kv_cache_gb", "vllm_max_num_seqs"):
+        if getattr(r, name) is not None:
+            reject(name, getattr(r, name), "works with --backend local only; Oat builds its vLLM engines itself")
+    if not t.rescore:
+        raise UserError("--no-rescore works with --backend local only; Oat scores π_old itself")
+    if args.log.profile_update is not None:
+        reject("profile_update", args.log.profile_update, "works with --backend local only")
+    if args.model.compile_layers:
+        raise UserError("--compile-layers works with --backend local only; Oat builds its learner's model itself")
+    if not r.vllm_row_seeds:
+        raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
+                        "per sample")
 
 
 def _check_sampler_precision(args: Args) -> None:
