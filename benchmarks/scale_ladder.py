@@ -122,7 +122,7 @@ class LadderArgs:
     zero_stage: int = 1
     # Recompute activations in the backward.
     gradient_checkpointing: bool = True
-    # torch.compile each decoder layer of the learner's model (the run flag --compile-layers).
+    # torch.compile each decoder layer of the learner's model and its log-softmax chunks (the run flag --compile-layers).
     compile_layers: bool = False
     # Fraction of the GPU vLLM may take for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.4

@@ -57,8 +57,9 @@ class ModelArgs(Checked):
     attn_implementation: str = "sdpa"
     # Recompute activations in backward to save memory.
     gradient_checkpointing: bool = False
-    # torch.compile each decoder layer of the learner's model: fuses the element-wise work around the matrix
-    # products (norms, rotary embeddings, the MLP's gate). The first steps compile; local backend only.
+    # torch.compile each decoder layer of the learner's model and the log-softmax over each chunk of its
+    # output layer: fuses the element-wise work around the matrix products (norms, rotary embeddings, the
+    # MLP's gate, the passes over the vocabulary). The first steps compile; local backend only.
     compile_layers: bool = False
 
     def check(self) -> None:
@@ -277,7 +278,8 @@ class RolloutArgs(Checked):
     # vLLM: no CUDA graphs or compilation (a faster start, a much slower decode); always so on CPU.
     vllm_enforce_eager: bool = False
     # vLLM: most sequences decoded at once; None is vLLM's default (1024 on an H100/H200, whose CUDA
-    # graphs cover batches up to 512: larger batches decode without them).
+    # graphs cover batches up to 512: larger batches decode without them). Above 512, graphs are captured
+    # up to this size.
     vllm_max_num_seqs: Optional[int] = None
     # vLLM on CUDA: release its KV cache and weights while the learner updates (sleep mode); ignored on CPU.
     vllm_sleep: bool = True

@@ -137,6 +137,49 @@ def test_scoring_never_makes_an_fp32_tensor_larger_than_a_chunk_of_the_vocabular
     assert 0 < recorder.largest <= chunk_size * VOCAB
 
 
+def largest_allocation_below(limit: int, run) -> int:
+    """The most bytes, under ``limit``, that one operation allocates itself while ``run()`` runs (the torch
+    profiler's record, which counts a compiled graph's buffers as the graph's own)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profiler:
+        run()
+    return max(e.self_cpu_memory_usage for e in profiler.events() if e.self_cpu_memory_usage < limit)
+
+
+def test_compiled_chunks_give_the_log_softmax_to_fp32_rounding_and_write_no_fp32_chunk_of_the_vocabulary():
+    vocab, chunk_size = 2048, 16
+    g = torch.Generator().manual_seed(0)
+    logits = (4 * torch.randn(4, 33, vocab, generator=g)).half()
+    ids = torch.randint(0, vocab, (4, 33), generator=g)
+    mask = torch.ones(4, 32)
+    mask[:, :5] = 0.0
+    upstream = torch.randn(mask.shape, generator=g) * mask
+    reference = logits.clone().requires_grad_()
+    expected = full_vocabulary_logprobs(reference, ids, 0.7)
+    (expected * upstream).sum().backward()
+
+    def update(compiled):
+        z = logits.clone().requires_grad_()
+        logprobs = logits_logprobs(z, ids, 0.7, response_mask=mask, chunk_size=chunk_size, compiled=compiled)
+        (logprobs * upstream).sum().backward()
+        return logprobs, z.grad
+
+    logprobs, grad = update(compiled=True)
+    torch.testing.assert_close(logprobs, torch.where(mask.bool(), expected, 0.0), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(grad.float(), reference.grad.float(), rtol=1e-3, atol=1e-3)
+    # Eagerly each chunk's passes write fp32 tensors of its width; compiled, the widest thing written
+    # is the chunk's gradient in fp16 (the whole logits and their gradient excepted).
+    whole = logits.numel() * logits.element_size()
+    assert largest_allocation_below(whole, lambda: update(compiled=False)) >= chunk_size * vocab * 4
+    assert largest_allocation_below(whole, lambda: update(compiled=True)) <= chunk_size * vocab * 2
+
+
+def test_compiled_chunks_with_top_p_kept_sets_are_the_eager_ones():
+    logits, ids, mask = _batch(torch.float16)
+    truncation = _kept_sets(ids, mask)
+    compiled = logits_logprobs(logits, ids, 0.7, truncation, mask, chunk_size=3, compiled=True)
+    assert torch.equal(compiled, logits_logprobs(logits, ids, 0.7, truncation, mask, chunk_size=3))
+
+
 # --- from a model: the output projection in chunks ---
 
 

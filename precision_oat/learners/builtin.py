@@ -45,7 +45,7 @@ class PrecisionLearner(Learner):
         self.scaler = LossScaler(precision.loss_scaling)
         self.optimizer_steps = 0
         self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature,
-                                        chunk_size=settings.logprob_chunk_size)
+                                        chunk_size=settings.logprob_chunk_size, compiled=settings.compile)
 
     # --- the learner hooks of RLStep ---
 

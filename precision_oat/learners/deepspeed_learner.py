@@ -49,7 +49,7 @@ class DeepSpeedLearner(DeepSpeedHooks, Learner):
         self.model.train()
         self.trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.forward_logprobs = partial(token_logprobs, self.engine, temperature=settings.temperature,
-                                        chunk_size=settings.logprob_chunk_size)
+                                        chunk_size=settings.logprob_chunk_size, compiled=settings.compile)
 
     @property
     def deepspeed_engine(self):

@@ -14,6 +14,7 @@ hold 19 GiB of fp16 logits and as much again for their gradient).
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -35,7 +36,7 @@ DEFAULT_CHUNK_SIZE = 1024
 
 def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float,
                     truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
-                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+                    chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False) -> torch.Tensor:
     """log softmax(logits / T) at each next token, in fp32, shape [B, L-1]; renormalised over the
     sampler's top-p kept sets where ``truncation`` has them (:mod:`~precision_oat.rl.truncation`).
 
@@ -43,13 +44,16 @@ def logits_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: 
     the others are 0. The fp32 softmax is taken ``chunk_size`` positions at a time, in the
     forward and again in the backward, so no fp32 tensor holds more than ``chunk_size`` rows of
     the vocabulary; the values are those of one full-vocabulary ``log_softmax``, bit for bit.
+
+    ``compiled`` fuses each chunk's passes over the vocabulary with ``torch.compile``
+    (:class:`ChunkedLogprobs`); the values are then those of the log-softmax to fp32 rounding.
     """
     b, l, vocab = logits.shape
     scored = _scored(response_mask, b, l, logits.device)
     row, column = scored.nonzero(as_tuple=True)
     counts, kept_ids = _kept_sets(truncation, scored)
     values = ChunkedLogprobs.apply(logits.reshape(b * l, vocab), row * l + column, input_ids[row, column + 1],
-                                   temperature, chunk_size, counts, kept_ids)
+                                   temperature, chunk_size, counts, kept_ids, compiled)
     out = torch.zeros(b, l - 1, dtype=torch.float32, device=logits.device)
     return out.index_put((row, column), values)
 
@@ -61,15 +65,25 @@ class ChunkedLogprobs(torch.autograd.Function):
     Saved for the backward: the logits themselves (in their own dtype), the targets and one
     log-normaliser per row; each chunk's softmax is recomputed there. At the vocabulary's width
     every pass over a chunk counts (a sixth of a 1.5B model's update), so none is made twice.
+
+    Eagerly, each pass writes an fp32 tensor of the chunk's width (the cast, the log-softmax, the
+    softmax and the gradient). ``compiled`` runs the chunks without a top-p kept set through
+    ``torch.compile`` instead (:func:`_fused_logprobs`, :func:`_fused_gradient`), which reads a chunk's
+    logits once or twice and writes nothing of its width but their gradient, in their dtype.
     """
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, rows: Optional[torch.Tensor], targets: torch.Tensor, temperature: float,
-                chunk_size: int, counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor]) -> torch.Tensor:
+                chunk_size: int, counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor],
+                compiled: bool = False) -> torch.Tensor:
         n = len(logits) if rows is None else len(rows)
         logprobs = torch.empty(n, dtype=torch.float32, device=logits.device)
         log_norm = torch.empty_like(logprobs)
         for chunk, kept in _chunks(n, chunk_size, counts, kept_ids):
+            if compiled and kept is None:
+                logprobs[chunk], log_norm[chunk] = _compiled(_fused_logprobs)(
+                    _rows(logits, rows, chunk), targets[chunk], temperature)
+                continue
             scaled = _scaled(logits, rows, chunk, temperature)
             target = targets[chunk]
             logprobs[chunk] = scaled.log_softmax(-1).gather(-1, target[:, None]).squeeze(-1)
@@ -80,7 +94,7 @@ class ChunkedLogprobs(torch.autograd.Function):
                 logprobs[chunk.start + positions] = renormalised
                 log_norm[chunk.start + positions] = kept_log_norm
         ctx.save_for_backward(logits, rows, targets, log_norm, counts, kept_ids)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.temperature, ctx.chunk_size, ctx.compiled = temperature, chunk_size, compiled
         return logprobs
 
     @staticmethod
@@ -91,25 +105,58 @@ class ChunkedLogprobs(torch.autograd.Function):
         # Every row gets its gradient written when there is no row index; only the indexed ones otherwise.
         grad_logits = torch.empty_like(logits) if rows is None else torch.zeros_like(logits)
         for chunk, kept in _chunks(len(grad_logprobs), ctx.chunk_size, counts, kept_ids):
-            probs = (_scaled(logits, rows, chunk, temperature) - log_norm[chunk, None]).exp_()
-            if kept is not None:
-                probs = _kept_only(probs, counts[chunk], kept)
-            # d log p_y / dz = (onehot(y) − p) / T, times the incoming gradient of each row.
-            grad = probs.mul_(-grad_logprobs[chunk, None])
-            grad[torch.arange(len(grad), device=grad.device), targets[chunk]] += grad_logprobs[chunk]
-            if temperature != 1.0:
-                grad.div_(temperature)
+            if ctx.compiled and kept is None:
+                grad = _compiled(_fused_gradient)(_rows(logits, rows, chunk), targets[chunk], log_norm[chunk],
+                                                  grad_logprobs[chunk], temperature)
+            else:
+                probs = (_scaled(logits, rows, chunk, temperature) - log_norm[chunk, None]).exp_()
+                if kept is not None:
+                    probs = _kept_only(probs, counts[chunk], kept)
+                # d log p_y / dz = (onehot(y) − p) / T, times the incoming gradient of each row.
+                grad = probs.mul_(-grad_logprobs[chunk, None])
+                grad[torch.arange(len(grad), device=grad.device), targets[chunk]] += grad_logprobs[chunk]
+                if temperature != 1.0:
+                    grad.div_(temperature)
             if rows is None:
                 grad_logits[chunk] = grad  # cast to the logits' dtype by the copy
             else:
                 grad_logits[rows[chunk]] = grad.to(logits.dtype)
-        return grad_logits, None, None, None, None, None, None
+        return grad_logits, None, None, None, None, None, None, None
+
+
+def _rows(logits: torch.Tensor, rows: Optional[torch.Tensor], chunk: slice) -> torch.Tensor:
+    """A chunk's logits, in their dtype."""
+    return logits[chunk] if rows is None else logits[rows[chunk]]
 
 
 def _scaled(logits: torch.Tensor, rows: Optional[torch.Tensor], chunk: slice, temperature: float) -> torch.Tensor:
     """A chunk's logits in fp32 over the temperature (dividing by 1 would change nothing and cost a pass)."""
-    part = (logits[chunk] if rows is None else logits[rows[chunk]]).float()
+    part = _rows(logits, rows, chunk).float()
     return part if temperature == 1.0 else part / temperature
+
+
+def _fused_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+    """log softmax(z / T) at the targets, and log Σ exp(z / T), of [rows, V] logits: written for
+    ``torch.compile``, which fuses the cast, the scaling and the reductions into passes that write
+    nothing of the vocabulary's width."""
+    scaled = logits.float() / temperature
+    log_norm = scaled.logsumexp(-1)
+    return scaled.gather(-1, targets[:, None]).squeeze(-1) - log_norm, log_norm
+
+
+def _fused_gradient(logits: torch.Tensor, targets: torch.Tensor, log_norm: torch.Tensor, grad_logprobs: torch.Tensor,
+                    temperature: float) -> torch.Tensor:
+    """d/dz of Σ grad · log softmax(z / T) at the targets, (onehot(y) − p) / T · grad, in the logits' dtype:
+    written for ``torch.compile``, which makes it one element-wise pass."""
+    onehot = torch.arange(logits.shape[-1], device=logits.device) == targets[:, None]
+    probs = (logits.float() / temperature - log_norm[:, None]).exp()
+    return ((onehot.float() - probs) * (grad_logprobs / temperature)[:, None]).to(logits.dtype)
+
+
+@functools.cache
+def _compiled(function: Callable) -> Callable:
+    """``function`` through ``torch.compile``, made once; the number of rows varies from chunk to chunk."""
+    return torch.compile(function, dynamic=True)
 
 
 def _chunks(n: int, chunk_size: int, counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor]):
@@ -136,14 +183,14 @@ def _kept_only(probs: torch.Tensor, counts: torch.Tensor, kept_ids: torch.Tensor
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
                    truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+                   chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False) -> torch.Tensor:
     """log π(y_t | y_<t) of every next token where ``response_mask`` is set (0 elsewhere), [B, L-1],
     with the gradient if enabled.
 
     ``model`` is an HF causal LM, or a wrapper of one that keeps it as ``.module`` (a DeepSpeed
     engine). Its body runs once; its output projection runs in chunks (:func:`hidden_logprobs`).
     A model that transforms its logits after the projection (a soft cap, a scale) is scored from
-    its full logits instead.
+    its full logits instead. ``compiled``: see :func:`logits_logprobs`.
     """
     causal_lm = getattr(model, "module", model)
     body = causal_lm.get_decoder()
@@ -151,7 +198,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return causal_lm_logprobs(
         causal_lm, lambda: body(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state,
         lambda: model(input_ids=input_ids, attention_mask=mask).logits,
-        input_ids, temperature, truncation, response_mask, chunk_size)
+        input_ids, temperature, truncation, response_mask, chunk_size, compiled)
 
 
 def padding_mask(attention_mask: torch.Tensor) -> Optional[torch.Tensor]:
@@ -168,14 +215,14 @@ def padding_mask(attention_mask: torch.Tensor) -> Optional[torch.Tensor]:
 def causal_lm_logprobs(causal_lm, hidden_states: Callable[[], torch.Tensor], logits: Callable[[], torch.Tensor],
                        input_ids: torch.Tensor, temperature: float, truncation: Optional[Truncation] = None,
                        response_mask: Optional[torch.Tensor] = None,
-                       chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+                       chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False) -> torch.Tensor:
     """:func:`token_logprobs` for a caller that runs the forward its own way: ``hidden_states()`` runs the
     body of the HF causal LM ``causal_lm``, ``logits()`` the whole model, and only one of them is called
     (the whole model where its logits are more than the projection of the last hidden state)."""
     if projects_plainly(causal_lm.config):
         return hidden_logprobs(hidden_states(), causal_lm.get_output_embeddings(), input_ids, temperature, truncation,
-                               response_mask, chunk_size)
-    return logits_logprobs(logits(), input_ids, temperature, truncation, response_mask, chunk_size)
+                               response_mask, chunk_size, compiled)
+    return logits_logprobs(logits(), input_ids, temperature, truncation, response_mask, chunk_size, compiled)
 
 
 def projects_plainly(config) -> bool:
@@ -186,7 +233,7 @@ def projects_plainly(config) -> bool:
 
 def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torch.Tensor, temperature: float,
                     truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
-                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+                    chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False) -> torch.Tensor:
     """log softmax(head(hidden) / T) at each next token, in fp32, shape [B, L-1], as :func:`logits_logprobs`
     gives it from the full logits, but with ``head`` applied ``chunk_size`` scored positions at a time.
 
@@ -207,7 +254,8 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
     recompute = torch.is_grad_enabled() and len(chunks) > 1
     pieces = []
     for chunk, kept in chunks:
-        args = (head, states[chunk], targets[chunk], temperature, None if counts is None else counts[chunk], kept)
+        args = (head, states[chunk], targets[chunk], temperature, None if counts is None else counts[chunk], kept,
+                compiled)
         pieces.append(checkpoint(_projected_logprobs, *args, use_reentrant=False) if recompute
                       else _projected_logprobs(*args))
     out = torch.zeros(b, l - 1, dtype=torch.float32, device=hidden.device)
@@ -215,9 +263,10 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
 
 
 def _projected_logprobs(head: torch.nn.Module, states: torch.Tensor, targets: torch.Tensor, temperature: float,
-                        counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor]) -> torch.Tensor:
+                        counts: Optional[torch.Tensor], kept_ids: Optional[torch.Tensor], compiled: bool) -> torch.Tensor:
     """One chunk: its logits, then their fp32 log-softmax at the targets (in one piece)."""
-    return ChunkedLogprobs.apply(head(states), None, targets, temperature, max(len(states), 1), counts, kept_ids)
+    return ChunkedLogprobs.apply(head(states), None, targets, temperature, max(len(states), 1), counts, kept_ids,
+                                 compiled)
 
 
 def _scored(response_mask: Optional[torch.Tensor], b: int, l: int, device) -> torch.Tensor:

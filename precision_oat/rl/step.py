@@ -67,6 +67,9 @@ class UpdateSettings:
     logprob_chunk_size: int = DEFAULT_CHUNK_SIZE
     # Most padded tokens (rows × longest row) per forward/backward; None cuts by ``micro_batch_size`` alone.
     micro_batch_tokens: Optional[int] = None
+    # torch.compile the trainer's passes over the vocabulary (:mod:`~precision_oat.rl.scoring`); the driver
+    # compiles the model's decoder layers with them (``--compile-layers``).
+    compile: bool = False
 
 
 class RLStep(PolicyLoss):

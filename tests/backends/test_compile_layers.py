@@ -1,5 +1,5 @@
-"""--compile-layers: the learner's decoder layers run through torch.compile, one graph serving every layer,
-and the update is the one the eager layers make."""
+"""--compile-layers: the learner's decoder layers and its log-softmax over the vocabulary's chunks run through
+torch.compile, one graph serving every layer, and the update is the one the eager layers make."""
 
 import pytest
 import torch
@@ -18,9 +18,9 @@ LAYERS = 12
 
 def one_update(compiled: bool, rollout):
     """The update's policy loss and every weight's gradient summed over its micro-batches, with a deep tiny
-    model's layers compiled or eager."""
+    model's layers compiled or eager, and its output layer's log-softmax in chunks of 8 positions."""
     args = make_args(learner="deepspeed", zero_stage=0, dtype="fp32", algo="grpo", num_samples=2, micro_batch_size=4,
-                     gradient_checkpointing=True, compile_layers=compiled, max_grad_norm=None)
+                     gradient_checkpointing=True, compile_layers=compiled, max_grad_norm=None, logprob_chunk_size=8)
     learner = build_learner(args, tiny_model(layers=LAYERS), args.precision.build(), algorithm_spec(args),
                             torch.device("cpu"))
     grads = {}

@@ -149,12 +149,12 @@ def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, 
                               num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
                               self_consistent_old_logprobs=t.self_consistent_old_logprobs, rescore=t.rescore,
                               world=world, logprob_chunk_size=t.logprob_chunk_size,
-                              micro_batch_tokens=t.micro_batch_tokens)
+                              micro_batch_tokens=t.micro_batch_tokens, compile=args.model.compile_layers)
     cls = learner_class or compose(spec, learner_base(t.learner))
     with out_of_memory_explained(f"the {t.learner} learner's start (weights, masters, optimiser state)",
                                  LEARNER_MEMORY_FLAGS):
         learner = cls(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
-    if args.model.compile_layers:
+    if settings.compile:
         compile_layers(learner.model)
     return learner
 
