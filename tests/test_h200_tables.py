@@ -128,6 +128,26 @@ def test_the_fourth_scale_run_quoted_in_results_is_that_of_its_files():
         assert f"{part} time {ratio[f'fp16_over_bf16_{part}_time']['qwen2.5-1.5b']:.3f}x" in section
 
 
+def test_the_fifth_scale_run_quoted_in_results_is_that_of_its_files():
+    section = _section("### Fifth run")
+    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    for quoted, name in (("`--compile-layers`", "ladder-4k-compiled.json"), ("eager", "ladder-4k-no-ckpt.json")):
+        [cell] = json.loads((RESULTS / "h200_scale_5" / name).read_text())["cells"]
+        assert _figure(rows[quoted][2]) == pytest.approx(cell["learner_peak_gb"], abs=0.05)
+        shown_tokens, shown_mfu = rows[quoted][3].rsplit(", ", 1)
+        assert _figure(shown_tokens) == pytest.approx(cell["learner_tokens_per_s"], rel=0.001)
+        assert float(shown_mfu.strip().rstrip("%")) == pytest.approx(100 * cell["mfu"], abs=0.05)
+        assert _figure(rows[quoted][4].split(" s:")[0]) == pytest.approx(cell["step_time_s"], abs=0.05)
+    for quoted, folder in (("fourth run", "h200_scale_4"), ("fifth run", "h200_scale_5")):
+        [row] = [cells for label, cells in rows.items() if label.startswith(quoted)]
+        loop = _summarized_loops(RESULTS / folder)["loop-128x8-fast"]
+        for column, summarized in ((2, 4), (3, 6), (4, 7)):  # s/step, sampler tok/s, end-to-end tok/s
+            assert _figure(row[column]) == pytest.approx(_figure(loop[summarized]), rel=0.01)
+        sample, update, _ = (float(x) for x in row[5].split(" / "))
+        assert (sample, update) == (_figure(loop[8]), _figure(loop[10]))
+        assert row[6].strip() == loop[-2].strip()
+
+
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
 ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
 

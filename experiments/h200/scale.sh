@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# The paper's scale on one H200 (docs/results.md §4d), what the fourth run left open, the two targets' measurements
+# The paper's scale on one H200 (docs/results.md §4d), what the fifth run left open, the two targets' measurements
 # first (MFU at 4k, the 128 × 8 loop), then the ladder's grid, smallest model first:
 #
-#   ladder-4k-compiled   the 1.5B shape at 4k without checkpointing (33.4% MFU in the fourth run, target ≥ 40%) with
-#                        --compile-layers (torch.compile fusing the element-wise work that took half the update's
-#                        device time), and its operator profile
-#   loop-128x8-fast      SmolLM2 counting, 128 prompts × 8 samples × ≤ 768 tokens, as the fourth run's fast loop: right-
-#                        padded rows now reach the model without a padding mask (SDPA's flash kernel instead of the
-#                        memory-efficient one, a third of its update's device time then), and a profiled fifth update
-#   ladder-4k-no-ckpt    the 1.5B cell above without compiling: what the fewer vocabulary-wide passes of the log-softmax
-#                        alone changed since the fourth run
+#   ladder-4k-compiled   the 1.5B shape at 4k without checkpointing, --compile-layers (45.5% MFU in the fifth run),
+#                        now with the chunked log-softmax compiled too, and its operator profile
+#   loop-128x8-1024      SmolLM2 counting, 128 prompts × 8 samples × ≤ 768 tokens, as the fifth run's fast loop but
+#                        with the update compiled and vLLM decoding all 1,024 responses at once, CUDA graphs
+#                        captured up to 1,024 sequences (--vllm-max-num-seqs 1024); a profiled fifth update
 #   ladder-MODEL-N       benchmarks/scale_ladder.py: the shapes the ladder has not run yet, SmolLM2-135M, Qwen2.5-0.5B
 #                        and Qwen2.5-3B, at N = 1k, 4k and 8k response tokens (the 1.5B shape's three lengths are in the
 #                        third and fourth runs), gradient checkpointing, each cell at one micro-batch sized to its
@@ -52,11 +49,11 @@ grid() {  # "MODEL LENGTH MICRO-BATCH" …
     ladder "ladder-$model-$length" --models "$model" --response-lengths "$length" --micro-batch-sizes "$micro"
   done
 }
-no_ckpt=(--models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 --no-gradient-checkpointing --profile)
-ladder ladder-4k-compiled "${no_ckpt[@]}" --compile-layers
-loop loop-128x8-fast --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
-  --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 512 --steps 5 --no-vllm-row-seeds --no-rescore --profile-update 5
-ladder ladder-4k-no-ckpt "${no_ckpt[@]}"
+ladder ladder-4k-compiled --models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 \
+  --no-gradient-checkpointing --compile-layers --profile
+loop loop-128x8-1024 --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
+  --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 1024 --steps 5 --no-vllm-row-seeds --no-rescore \
+  --compile-layers --profile-update 5
 grid "smollm2-135m 1024 64" "smollm2-135m 4096 64" "smollm2-135m 8192 32" \
      "qwen2.5-0.5b 1024 64" "qwen2.5-0.5b 4096 32" "qwen2.5-0.5b 8192 16" \
      "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"

@@ -264,14 +264,15 @@ class VLLMSampler:
         _LIVE_ENGINES.append(self._llm)
         # The CPU copy (departure 8); None once a direct push has made it stale.
         self._weights: Optional[dict[str, torch.Tensor]] = _read_checkpoint(folder, _DTYPES[dtype])
+        self._tied_embeddings = _ties_head_to_embedding(folder, self._weights)
+        if self._tied_embeddings:
+            drop_vllm_warnings(*TIED_HEAD_RELOAD_WARNING)
+            # A learner exports the shared matrix once, as the embedding; pushes give it to the head too.
+            self._weights.pop("lm_head.weight", None)
         self._names = list(self._weights)
         # About four tensors spread through the model, compared by the weight sync's check.
         self._checked_names = set(self._names[:: max(1, len(self._names) // 4)])
         self._checked = {n: self._weights[n] for n in self._checked_names}
-        text_config = self._llm.llm_engine.model_config.hf_config.get_text_config()
-        self._tied_embeddings = bool(getattr(text_config, "tie_word_embeddings", False))
-        if self._tied_embeddings:
-            drop_vllm_warnings(*TIED_HEAD_RELOAD_WARNING)
         self.loads_directly = self._takes_weights_as_loaded()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -341,7 +342,7 @@ class VLLMSampler:
     def _load(self, push: Iterator[tuple[str, torch.Tensor]], directly: bool) -> None:
         """Every weight of ``push`` (HF names) into the engine: the model's own ``load_weights``, or vLLM's
         in-place reload, which re-processes each layer into its kernel layout once it is loaded."""
-        if self._tied_embeddings and "lm_head.weight" not in self._names:
+        if self._tied_embeddings:
             # HF stores a tied matrix once, as the input embedding; vLLM's lm_head aliases it,
             # and a reload that gave lm_head nothing would restore the old matrix over it.
             push = _with_tied_head(push)
@@ -378,7 +379,7 @@ class VLLMSampler:
 
     def _known(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in weights:
-            if name == "lm_head.weight" and self._tied_embeddings and name not in self._names:
+            if name == "lm_head.weight" and self._tied_embeddings:
                 continue  # a state_dict's alias of the tied input embedding
             if name not in self._names:
                 raise KeyError(f"vLLM sampler: {self.model_path!r} has no weight named {name!r}")
@@ -413,6 +414,21 @@ class VLLMSampler:
         vLLM's reload), on the device they were pushed from; updated in place by every push, and emptied at
         the end of a direct push, when all have been checked."""
         return self._checked
+
+
+def _ties_head_to_embedding(folder: Path, weights: dict[str, torch.Tensor]) -> bool:
+    """Whether the checkpoint's model shares its input embedding with its head, as transformers builds it.
+
+    Its config says so, and a head the checkpoint stores anyway is that embedding: some tools save a tied
+    matrix twice, and vLLM then builds the head untied (vLLM's own config of the model says untied too).
+    """
+    from transformers import AutoConfig
+
+    if not getattr(AutoConfig.from_pretrained(folder).get_text_config(), "tie_word_embeddings", False):
+        return False
+    head = weights.get("lm_head.weight")
+    embedding = next((w for n, w in weights.items() if n.endswith("embed_tokens.weight")), None)
+    return head is None or (embedding is not None and torch.equal(head, embedding))
 
 
 def _with_tied_head(push: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:

@@ -97,6 +97,29 @@ def test_an_engine_that_re_processes_loaded_weights_keeps_the_reload_and_its_wei
     assert _mean_abs_delta(model, completions, hf_logprobs) < 1e-5
 
 
+def test_a_tied_checkpoint_that_also_stores_its_head_takes_the_learners_weights(trained, recipe, hf_logprobs, tmp_path):
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen2ForCausalLM
+
+    from precision_oat.samplers.vllm_sampler import VLLMSampler
+
+    model, _ = trained
+    tied = Qwen2ForCausalLM(model.config.__class__(**{**model.config.to_dict(), "tie_word_embeddings": True}))
+    tied.load_state_dict({n: w for n, w in model.state_dict().items() if n != "lm_head.weight"}, strict=False)
+    tied.eval()
+    # Some transformers versions save a full state_dict's tied matrix twice, as the head too.
+    tied.save_pretrained(tmp_path)
+    [file] = tmp_path.glob("*.safetensors")
+    weights = load_file(file)
+    save_file({**weights, "lm_head.weight": weights["model.embed_tokens.weight"].clone()}, file, metadata={"format": "pt"})
+    sampler = VLLMSampler(str(tmp_path), "float32", seed=0, kv_cache_gb=0.25, direct_push=True)
+    updated = _trained_further(tied, recipe)
+    assert "lm_head.weight" not in dict(updated.named_parameters())
+    sampler.load_weights(updated.named_parameters())  # every weight, the tied one once, as a learner exports them
+    params = SamplingParams(n=2, max_new_tokens=32, seed=8)
+    assert _mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs) < 1e-5
+
+
 def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(trained, recipe, hf_logprobs, capsys):
     from precision_oat.precision.policy import Precision
     from precision_oat.precision.weight_sync import push_weights
