@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import subprocess
@@ -41,6 +42,32 @@ def test_without_stop_ids_every_response_has_max_new_tokens(engine, recipe):
     completions = engine("float32").generate(recipe.make_prompts(2), SamplingParams(n=2, max_new_tokens=17, seed=0))
     assert [len(c.response_ids) for c in completions] == [17] * 4
     assert not any(c.finished for c in completions)
+
+
+def test_garbage_collection_waits_until_a_batch_is_generated_and_the_collector_is_as_it_was_after(engine, recipe):
+    sampler = engine("float32")
+    prompts, params = recipe.make_prompts(32), SamplingParams(n=4, max_new_tokens=32, stop_token_ids=(), seed=0)
+    sampler.generate(prompts, params)  # once before: a batch of a new shape is compiled, and compiling collects
+    collections = []
+
+    def started(phase, info):
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.collect()  # the allocation counts start from zero, so that no collection is due as the call begins
+    gc.callbacks.append(started)
+    try:
+        completions = sampler.generate(prompts, params)  # a few new Python objects a token
+        during = list(collections)
+        assert gc.isenabled()
+        gc.disable()
+        sampler.generate(prompts[:2], params)
+        assert not gc.isenabled()  # a caller's choice is left as it was
+    finally:
+        gc.enable()
+        gc.callbacks.remove(started)
+    # Without the pause a batch this size sets off dozens; with it, only the one due as the collector resumes.
+    assert len(completions) == 128 and len(during) <= 1
 
 
 def test_same_seed_same_samples_and_samples_of_a_batch_differ(engine, recipe):
