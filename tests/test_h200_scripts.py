@@ -47,7 +47,7 @@ def parse(argv: list[str]):
         return tyro.cli(load_script(program).BenchArgs, args=rest)
     if program == "benchmarks/scale_ladder.py":
         return tyro.cli(load_script(program).LadderArgs, args=rest)
-    if program in ("benchmarks/weight_sync.py", "benchmarks/sampler_gc.py"):
+    if program in ("benchmarks/weight_sync.py", "benchmarks/sampler_host.py"):
         from precision_oat.presets import parse_args
 
         split = rest.index("--")

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The paper's scale on one H200 (docs/results.md §4d), what the fifth run left open, the two targets' measurements
-# first (MFU at 4k, the 128 × 8 loop and what the garbage collector costs its sampling), then the ladder's grid,
+# first (MFU at 4k, the 128 × 8 loop and what the sampler's host-side choices save it), then the ladder's grid,
 # smallest model first:
 #
 #   ladder-4k-compiled   the 1.5B shape at 4k without checkpointing, --compile-layers (45.5% MFU in the fifth run),
 #                        now with the chunked log-softmax compiled too, and its operator profile
 #   loop-128x8-1024      SmolLM2 counting, 128 prompts × 8 samples × ≤ 768 tokens, as the fifth run's fast loop but
 #                        with the update compiled, vLLM decoding all 1,024 responses at once with CUDA graphs
-#                        captured up to 1,024 sequences (--vllm-max-num-seqs 1024), and Python's garbage collector
-#                        paused while a batch is generated; a profiled fifth update
-#   sampler-gc           benchmarks/sampler_gc.py on that loop's sampler: 1,024 responses of 768 tokens with Python's
-#                        garbage collector paused during the batch (as the sampler now does) and running
+#                        captured up to 1,024 sequences (--vllm-max-num-seqs 1024), flat log-prob lists and
+#                        Python's garbage collector paused while a batch is generated; a profiled fifth update
+#   sampler-host         benchmarks/sampler_host.py on that loop's sampler: 1,024 responses of 768 tokens as the sampler
+#                        now takes them (flat log-prob lists, Python's garbage collector paused), with the collector
+#                        running, and with a log-prob dict per token
 #   ladder-MODEL-N       benchmarks/scale_ladder.py: the shapes the ladder has not run yet, SmolLM2-135M, Qwen2.5-0.5B
 #                        and Qwen2.5-3B, at N = 1k, 4k and 8k response tokens (the 1.5B shape's three lengths are in the
 #                        third and fourth runs), gradient checkpointing, each cell at one micro-batch sized to its
@@ -58,11 +59,11 @@ ladder ladder-4k-compiled --models qwen2.5-1.5b --response-lengths 4096 --micro-
 loop loop-128x8-1024 --prompts-per-step 128 --num-samples 8 --micro-batch-size 128 --micro-batch-tokens 53248 \
   --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 1024 --steps 5 --no-vllm-row-seeds --no-rescore \
   --compile-layers --profile-update 5
-echo "$(date +%T) sampler-gc" >> "$RUNS/phases.log"
-timeout -k 20 "$(left)" python3 benchmarks/sampler_gc.py --repeats 2 --output "$RUNS/sampler-gc.json" -- --model "$HF" \
+echo "$(date +%T) sampler-host" >> "$RUNS/phases.log"
+timeout -k 20 "$(left)" python3 benchmarks/sampler_host.py --repeats 2 --output "$RUNS/sampler-host.json" -- --model "$HF" \
   --task counting --sampler vllm --device cuda --dtype fp16 --prompts-per-step 128 --num-samples 8 --max-new-tokens 768 \
   --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 1024 --no-vllm-row-seeds --no-vllm-enforce-eager \
-  --wandb-mode disabled --output-dir "$RUNS/sampler-gc" > "$RUNS/sampler-gc.log" 2>&1
+  --wandb-mode disabled --output-dir "$RUNS/sampler-host" > "$RUNS/sampler-host.log" 2>&1
 grid "smollm2-135m 1024 64" "smollm2-135m 4096 64" "smollm2-135m 8192 32" \
      "qwen2.5-0.5b 1024 64" "qwen2.5-0.5b 4096 32" "qwen2.5-0.5b 8192 16" \
      "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"

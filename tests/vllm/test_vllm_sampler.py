@@ -70,6 +70,25 @@ def test_garbage_collection_waits_until_a_batch_is_generated_and_the_collector_i
     assert len(completions) == 128 and len(during) <= 1
 
 
+def test_flat_log_prob_lists_give_the_completions_of_the_dicts_per_token_and_the_sampler_takes_them(engine, recipe):
+    import vllm
+    from vllm.inputs import TokensPrompt
+
+    from precision_oat.samplers.vllm_sampler import completions_from, request_params
+
+    sampler = engine("float32")
+    prompts, params = recipe.make_prompts(4), SamplingParams(n=2, max_new_tokens=16, stop_token_ids=(), seed=3)
+    rows = [p for p in prompts for _ in range(params.n)]
+    each = {}
+    for flat in (False, True):
+        requests = request_params(vllm, params, len(prompts), flat_logprobs=flat)
+        outputs = sampler._llm.generate([TokensPrompt(prompt_token_ids=p) for p in rows], requests, use_tqdm=False)
+        assert isinstance(outputs[0].outputs[0].logprobs, list) is not flat
+        each[flat] = completions_from(rows, outputs, params)
+    assert each[True] == each[False] and all(len(c.logprobs) == 16 for c in each[True])
+    assert sampler.generate(prompts, params) == each[True]
+
+
 def test_same_seed_same_samples_and_samples_of_a_batch_differ(engine, recipe):
     sampler = engine("float32")
     prompts = [recipe.make_prompts(1)[0]] * 2  # the same prompt twice
