@@ -227,8 +227,8 @@ class VLLMSampler:
             engine_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         if max_num_seqs is not None:
             engine_kwargs["max_num_seqs"] = max_num_seqs
-        if max_num_seqs is not None and max_num_seqs > VLLM_GRAPH_BATCHES and not enforce_eager:
-            engine_kwargs["max_cudagraph_capture_size"] = max_num_seqs
+            if max_num_seqs > VLLM_GRAPH_BATCHES and not enforce_eager:
+                engine_kwargs["max_cudagraph_capture_size"] = max_num_seqs
         on_cuda = current_platform.is_cuda_alike()
         if sleep and not on_cuda:
             print("note: vLLM's sleep mode needs CUDA; the sampler keeps its memory while the learner updates",
