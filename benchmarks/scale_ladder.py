@@ -16,7 +16,8 @@ next); the later steps are timed. Each cell runs in its own process (vLLM engine
 their process exits), under ``--cell-timeout-s`` and what is left of ``--time-limit-s``.
 
 Recorded per cell (JSON under benchmarks/results/, printed as it goes):
-    fits, micro_batch_size      whether the step ran, and the largest micro-batch that did
+    fits, micro_batch_size      whether the step ran, and the largest micro-batch that did; fits is
+                                null for a cell the time limit skipped or stopped (its "error" says which)
     learner_peak_gb             torch.cuda.max_memory_allocated during the updates at that micro-batch
                                 (the larger ones tried first are left out), less what the sampler
                                 kept allocated when the learner was built
@@ -470,8 +471,10 @@ def run_isolated(args: LadderArgs, name: str, response_len: int, dtype: DType, t
         if child.is_alive():
             child.kill()
             child.join()
-            return {"model": name, "response_length": response_len, "dtype": dtype, "fits": False,
-                    "error": f"timed out after {timeout_s:.0f} s"}
+            # Stopped, not refused by memory: whether the cell fits is not known.
+            limit = "--cell-timeout-s" if timeout_s >= args.cell_timeout_s else "the ladder's --time-limit-s"
+            return {"model": name, "response_length": response_len, "dtype": dtype, "fits": None,
+                    "error": f"stopped by {limit} after {timeout_s:.0f} s"}
         if not result.is_file():
             return {"model": name, "response_length": response_len, "dtype": dtype, "fits": False,
                     "error": f"the cell's process died (exit code {child.exitcode})"}
@@ -538,7 +541,9 @@ def time_ratios(cells: list[dict], seconds: Callable[[dict], float]) -> dict[str
 
 def describe(cell: dict) -> str:
     head = f"{cell['model']} × {cell['response_length']} {cell['dtype']}:"
-    if not cell.get("fits"):
+    if cell.get("fits") is None:
+        return f"{head} not measured ({cell['error']})"
+    if not cell["fits"]:
         return f"{head} does not run ({cell.get('error', 'no micro-batch fits')})"
     memory = "" if cell.get("learner_peak_gb") is None else (
         f", learner peak {cell['learner_peak_gb']:.1f} GiB, sampler {cell['sampler_reserved_gb']:.1f} GiB")

@@ -148,6 +148,42 @@ def test_the_fifth_scale_run_quoted_in_results_is_that_of_its_files():
         assert row[6].strip() == loop[-2].strip()
 
 
+
+def test_the_sixth_scale_run_quoted_in_results_is_that_of_its_files():
+    section = _section("### Sixth run")
+    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    for quoted, folder, name in (("fifth run", "h200_scale_5", "loop-128x8-fast"),
+                                 ("sixth run", "h200_scale_6", "loop-128x8-1024")):
+        [row] = [cells for label, cells in rows.items() if label.startswith(quoted)]
+        loop = _summarized_loops(RESULTS / folder)[name]
+        for column, summarized in ((2, 4), (3, 6), (4, 7)):  # s/step, sampler tok/s, end-to-end tok/s
+            assert _figure(row[column]) == pytest.approx(_figure(loop[summarized]), rel=0.01)
+        sample, update, rest = (float(x) for x in row[5].split(" / "))
+        assert (sample, update) == (_figure(loop[8]), _figure(loop[10]))
+        assert rest == pytest.approx(sum(_figure(loop[c]) for c in (11, 12, 13)), abs=0.011)
+        assert row[6].strip() == loop[-2].strip()
+    host = json.loads((RESULTS / "h200_scale_6" / "sampler-host.json").read_text())
+    for quoted, way in (("flat log-prob lists, collector paused", "sampler"), ("flat lists, collector running", "collecting"),
+                        ("a log-prob dict per token", "logprob-dicts"), ("dicts, collector running", "neither")):
+        [row] = [cells for label, cells in rows.items() if label.startswith(quoted)]
+        assert _figure(row[2]) == pytest.approx(host["median_tokens_per_s"][way], abs=0.5)
+        assert {_figure(row[3])} == {batch["collections"] for batch in host["batches"][way]}
+    for model, length in (("smollm2-135m", 1024), ("smollm2-135m", 4096), ("smollm2-135m", 8192), ("qwen2.5-0.5b", 1024)):
+        [cell] = json.loads((RESULTS / "h200_scale_6" / f"ladder-{model}-{length}.json").read_text())["cells"]
+        label = {"smollm2-135m": "SmolLM2-135M", "qwen2.5-0.5b": "Qwen2.5-0.5B"}[model] + f" × {length:,}"
+        row = rows[label]
+        assert _figure(row[2]) == cell["micro_batch_size"]
+        assert _figure(row[3]) == pytest.approx(cell["learner_peak_gb"], abs=0.05)
+        assert _figure(row[4]) == pytest.approx(cell["sampler_tokens_per_s"], abs=0.5)
+        shown_tokens, shown_mfu = row[5].rsplit(", ", 1)
+        assert _figure(shown_tokens) == pytest.approx(cell["learner_tokens_per_s"], abs=0.5)
+        assert float(shown_mfu.strip().rstrip("%")) == pytest.approx(100 * cell["mfu"], abs=0.05)
+        step, split = row[6].split(" s:")
+        assert _figure(step) == pytest.approx(cell["step_time_s"], abs=0.05)
+        parts = [float(x) for x in split.split(" / ")]
+        assert parts == pytest.approx([cell[f"perf/time/{p}"] for p in ("sample", "score", "update", "sync", "other")],
+                                      abs=0.006)
+
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
 ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
 

@@ -3,11 +3,12 @@ the allocator picture."""
 
 import dataclasses
 import json
+import sys
 
 import pytest
 import torch
 
-from tests.conftest import load_script
+from tests.conftest import REPO, load_script
 
 ladder = load_script("benchmarks/scale_ladder.py")
 
@@ -46,6 +47,18 @@ def test_fp16_over_bf16_is_the_ratio_of_median_times_of_cells_that_ran():
     # Learner time (score + update) medians: fp16 0.625 + 1, bf16 0.5 + 1.
     assert ladder.time_ratios(cells, ladder.learner_seconds) == {"m": pytest.approx(1.625 / 1.5)}
 
+
+
+@pytest.mark.parametrize("cell_timeout_s, limit", [(1200.0, "the ladder's --time-limit-s"), (1.0, "--cell-timeout-s")])
+def test_a_cell_stopped_by_a_time_limit_is_not_measured_rather_than_too_large(cell_timeout_s, limit, monkeypatch):
+    # The cell's own process (spawned, so it imports this script by its name) is killed after a second.
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.setitem(sys.modules, "scale_ladder", ladder)  # another test may have loaded the script again
+    args = dataclasses.replace(ladder.smoke_settings(ladder.LadderArgs()), in_process=False, cell_timeout_s=cell_timeout_s)
+    cell = ladder.run_isolated(args, "tiny", 8, "fp32", timeout_s=1.0)
+    assert cell["fits"] is None and cell["error"] == f"stopped by {limit} after 1 s"
+    assert ladder.describe(cell) == f"tiny × 8 fp32: not measured (stopped by {limit} after 1 s)"
+    assert ladder.time_ratios([cell], ladder.step_seconds) == {}
 
 @pytest.mark.parametrize("learner_kind", ["builtin", "deepspeed"])
 def test_micro_batch_search_moves_down_on_out_of_memory_and_drops_the_failed_gradients(learner_kind):

@@ -103,9 +103,13 @@ def write_json(path: Path, value) -> None:
 
 
 def step_time_split(history: list[dict]) -> dict:
-    """``step_time``: each part's mean seconds per step and its share of the steps' total, over the rows that have them."""
+    """``step_time``: each part's mean seconds per step and its share of the steps' total, over the rows that have them.
+
+    A step whose update ran under the profiler (``--profile-update``) is left out: the profiler slows it, and
+    reading its record lands in that step's ``other``.
+    """
     keys = [f"perf/time/{part}" for part in STEP_PARTS]
-    rows = [h for h in history if all(k in h for k in keys)]
+    rows = [h for h in history if all(k in h for k in keys) and not h.get("perf/profiled")]
     total = sum(h[k] for h in rows for k in keys)
     if not rows or total <= 0:
         return {}

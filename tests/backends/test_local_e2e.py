@@ -96,7 +96,8 @@ def test_every_step_logs_where_its_time_went(tmp_path, embedded_policy_dir):
 
 
 def test_profile_update_writes_where_that_steps_update_spent_its_time(tmp_path, embedded_policy_dir, capsys):
-    train(make_args(model=str(embedded_policy_dir), algo="pg", dtype="fp32", output_dir=str(tmp_path), profile_update=2))
+    train(make_args(model=str(embedded_policy_dir), algo="pg", dtype="fp32", output_dir=str(tmp_path), steps=3,
+                     profile_update=2))
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile["step"] == 2
     names = [name for name, calls, ms, share in profile["operators"]]
@@ -104,6 +105,12 @@ def test_profile_update_writes_where_that_steps_update_spent_its_time(tmp_path, 
     assert all(calls >= 1 and ms >= 0 for _, calls, ms, _ in profile["operators"])
     assert 0 < sum(share for *_, share in profile["operators"]) <= 1.0001
     assert f"profile of step 2's update ({tmp_path / 'profile.json'})" in capsys.readouterr().out
+    # The profiled step is marked, and the run's time split is that of the other steps.
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r.get("perf/profiled")] == [2]
+    unprofiled = [r for r in rows if r["step"] != 2]
+    split = json.loads((tmp_path / "summary.json").read_text())["step_time"]
+    assert split["other"]["mean_s"] == pytest.approx(sum(r["perf/time/other"] for r in unprofiled) / len(unprofiled))
 
 
 def test_a_builtin_cpu_run_prints_no_deepspeed_notice_and_no_progress_bar(tmp_path, embedded_policy_dir):

@@ -39,7 +39,8 @@ def ladder_rows(path: Path) -> list[str]:
     for cell in result["cells"] + result["ratio_cells"]:
         head = f"| {cell['model']} | {cell['response_length']} | {cell['dtype']} |"
         if not cell.get("fits"):
-            rows.append(f"{head} no ({cell.get('error', 'no micro-batch fits')[:120]}) |" + " |" * 9)
+            verdict = "not measured" if cell.get("fits") is None else "no"
+            rows.append(f"{head} {verdict} ({cell.get('error', 'no micro-batch fits')[:120]}) |" + " |" * 9)
             continue
         rows.append(f"{head} yes | {cell['micro_batch_size']} | {cell['learner_peak_gb']:.1f} | "
                     f"{cell['sampler_reserved_gb']:.1f} | {cell['sampler_tokens_per_s']:,.0f} | "
