@@ -184,6 +184,23 @@ def test_the_sixth_scale_run_quoted_in_results_is_that_of_its_files():
         assert parts == pytest.approx([cell[f"perf/time/{p}"] for p in ("sample", "score", "update", "sync", "other")],
                                       abs=0.006)
 
+
+def test_the_ladders_grid_in_results_is_what_grid_py_prints_of_the_runs():
+    grid = load_script("benchmarks/results/h200_scale/grid.py")
+    rows = grid.grid_rows(RESULTS)
+    section = _section("### The ladder's grid")
+    assert [line for line in section.splitlines() if line.startswith("|")] == rows
+    assert len(rows) == 2 + len(grid.MODELS) * len(grid.LENGTHS)
+    # The newest run's cell wins, and a run's repeated cells show at their median step time.
+    [cell] = json.loads((RESULTS / "h200_scale_6" / "ladder-smollm2-135m-1024.json").read_text())["cells"]
+    assert grid.grid_cells(RESULTS)["smollm2-135m", 1024] == ("h200_scale_6", cell)
+    ratio = json.loads((RESULTS / "h200_scale_4" / "ladder-ratio.json").read_text())["ratio_cells"]
+    times = sorted(c["step_time_s"] for c in ratio if c["dtype"] == "fp16" and c.get("fits"))
+    run, shown = grid.grid_cells(RESULTS)["qwen2.5-1.5b", 1024]
+    assert (run, shown["step_time_s"]) == ("h200_scale_4", times[1])
+    # Cells without checkpointing or compiled are not the grid's.
+    assert grid.grid_cells(RESULTS)["qwen2.5-1.5b", 4096][0] == "h200_scale_3"
+
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
 ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")
 
