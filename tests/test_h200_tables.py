@@ -148,7 +148,6 @@ def test_the_fifth_scale_run_quoted_in_results_is_that_of_its_files():
         assert row[6].strip() == loop[-2].strip()
 
 
-
 def test_the_sixth_scale_run_quoted_in_results_is_that_of_its_files():
     section = _section("### Sixth run")
     rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
