@@ -184,6 +184,28 @@ def test_the_sixth_scale_run_quoted_in_results_is_that_of_its_files():
                                       abs=0.006)
 
 
+def test_the_seventh_scale_run_quoted_in_results_is_that_of_its_files():
+    folder = RESULTS / "h200_scale_7"
+    summarize = load_script("benchmarks/results/h200_scale/summarize.py")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        summarize.main(folder)
+    assert out.getvalue() in (folder / "README.md").read_text()  # the README's table is summarize.py's whole output
+    section = _section("### Seventh run")
+    rows = {line.split("|")[1].strip().split(",")[0]: line.split("|")[2:-1] for line in section.splitlines()
+            if line.startswith("| fp16") or line.startswith("| bf16")}
+    ratio = json.loads((folder / "ladder-ratio.json").read_text())
+    for dtype in ("fp16", "bf16"):
+        cells = [c for c in ratio["ratio_cells"] if c["dtype"] == dtype]
+        shown = [[_figure(x) for x in column.replace("%", "").split(" / ")] for column in rows[dtype]]
+        assert shown == [pytest.approx([c["step_time_s"] for c in cells], abs=0.006),
+                         pytest.approx([c["perf/time/sample"] for c in cells], abs=0.006),
+                         pytest.approx([c["perf/time/score"] + c["perf/time/update"] for c in cells], abs=0.006),
+                         pytest.approx([100 * c["mfu"] for c in cells], abs=0.05)]
+    assert f"{ratio['fp16_over_bf16_step_time']['qwen2.5-1.5b']:.3f}x bf16's" in section
+    assert f"learner takes {ratio['fp16_over_bf16_learner_time']['qwen2.5-1.5b']:.3f}x" in section
+
+
 def test_the_ladders_grid_in_results_is_what_grid_py_prints_of_the_runs():
     grid = load_script("benchmarks/results/h200_scale/grid.py")
     rows = grid.grid_rows(RESULTS)
@@ -193,10 +215,10 @@ def test_the_ladders_grid_in_results_is_what_grid_py_prints_of_the_runs():
     # The newest run's cell wins, and a run's repeated cells show at their median step time.
     [cell] = json.loads((RESULTS / "h200_scale_6" / "ladder-smollm2-135m-1024.json").read_text())["cells"]
     assert grid.grid_cells(RESULTS)["smollm2-135m", 1024] == ("h200_scale_6", cell)
-    ratio = json.loads((RESULTS / "h200_scale_4" / "ladder-ratio.json").read_text())["ratio_cells"]
+    ratio = json.loads((RESULTS / "h200_scale_7" / "ladder-ratio.json").read_text())["ratio_cells"]
     times = sorted(c["step_time_s"] for c in ratio if c["dtype"] == "fp16" and c.get("fits"))
     run, shown = grid.grid_cells(RESULTS)["qwen2.5-1.5b", 1024]
-    assert (run, shown["step_time_s"]) == ("h200_scale_4", times[1])
+    assert (run, shown["step_time_s"]) == ("h200_scale_7", times[1])
     # Cells without checkpointing or compiled are not the grid's.
     assert grid.grid_cells(RESULTS)["qwen2.5-1.5b", 4096][0] == "h200_scale_3"
 

@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
-# The paper's scale on one H200 (docs/results.md §4d), what the sixth run left open: first the fp16/bf16 ratio with
-# three cells of each dtype (a target of its own), then the ladder's grid, smallest model first, and last the 1.5B
-# shape at 4k with the log-softmax compiled (its MFU target is met without it):
+# The paper's scale on one H200 (docs/results.md §4d), what the seventh run left open: the ladder's grid cells of the
+# 3B shape, then the 1.5B shape at 4k with the log-softmax compiled (its MFU target is met without it):
 #
-#   ladder-ratio         the fp16/bf16 step-time and learner-time ratios of the 1.5B shape at 1k tokens, three cells
-#                        of each dtype alternating (the fourth run's sixth cell met its time limit; target ≤ 1.02)
-#   ladder-MODEL-N       benchmarks/scale_ladder.py: the cells the ladder has not run yet, Qwen2.5-0.5B at N = 4k and 8k
-#                        and Qwen2.5-3B at 1k, 4k and 8k response tokens (SmolLM2-135M and Qwen2.5-0.5B at 1k are in the
-#                        sixth run, the 1.5B shape's three lengths in the third and fourth), gradient checkpointing, each
-#                        cell at one micro-batch sized to its tokens (no failed attempt first)
+#   ladder-MODEL-N       benchmarks/scale_ladder.py: the cells the ladder has not run yet, Qwen2.5-3B at N = 1k, 4k and
+#                        8k response tokens (the other shapes' cells are in the third, fourth, sixth and seventh runs),
+#                        gradient checkpointing, each cell at one micro-batch sized to its tokens (no failed attempt first)
 #   ladder-4k-compiled   the 1.5B shape at 4k without checkpointing, --compile-layers (45.5% MFU in the fifth run),
 #                        now with the chunked log-softmax compiled too, and its operator profile
 #
@@ -39,9 +35,7 @@ grid() {  # "MODEL LENGTH MICRO-BATCH" …
     ladder "ladder-$model-$length" --models "$model" --response-lengths "$length" --micro-batch-sizes "$micro"
   done
 }
-ladder ladder-ratio --response-lengths --micro-batch-sizes 32 --steps 3 --ratio-repeats 3
-grid "qwen2.5-0.5b 4096 32" "qwen2.5-0.5b 8192 16" \
-     "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"
+grid "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"
 ladder ladder-4k-compiled --models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 \
   --no-gradient-checkpointing --compile-layers --profile
 echo "$(date +%T) done" >> "$RUNS/phases.log"

@@ -54,18 +54,21 @@ def ladder_rows(path: Path) -> list[str]:
 
 
 def main(folder: Path) -> None:
-    print("| loop | prompts × samples | steps | s/step | response tokens/step | sampler tok/s | end-to-end "
-          "generated tok/s | " + " | ".join(PARTS) + " | outside sampling + updating |")
-    print("|---" * (8 + len(PARTS)) + "|")
-    for run in sorted(p.parent for p in folder.glob("*/metrics.jsonl")):
-        print(loop_row(run))
-    print()
-    print("| model | response tokens | dtype | fits | micro-batch | learner peak GiB | sampler GiB | sampler tok/s | "
-          "learner tok/s | MFU | step s | sample score update sync other (s) |")
-    print("|---" * 12 + "|")
-    for path in sorted(folder.glob("ladder*.json")):
-        print("\n".join(ladder_rows(path)))
-
+    """Prints the folder's loop table and its ladder table, each only where the folder holds that kind of run."""
+    loops = sorted(p.parent for p in folder.glob("*/metrics.jsonl"))
+    ladders = sorted(folder.glob("ladder*.json"))
+    if loops:
+        print("| loop | prompts × samples | steps | s/step | response tokens/step | sampler tok/s | end-to-end "
+              "generated tok/s | " + " | ".join(PARTS) + " | outside sampling + updating |")
+        print("|---" * (8 + len(PARTS)) + "|")
+        print("\n".join(loop_row(run) for run in loops))
+    if loops and ladders:
+        print()
+    if ladders:
+        print("| model | response tokens | dtype | fits | micro-batch | learner peak GiB | sampler GiB | sampler tok/s | "
+              "learner tok/s | MFU | step s | sample score update sync other (s) |")
+        print("|---" * 12 + "|")
+        print("\n".join(row for path in ladders for row in ladder_rows(path)))
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent)
