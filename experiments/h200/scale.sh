@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The paper's scale on one H200 (docs/results.md §4d), what the seventh run left open: the ladder's grid cells of the
-# 3B shape, then the 1.5B shape at 4k with the log-softmax compiled (its MFU target is met without it):
+# 3B shape, an operator profile of each dtype's update where fp16's learner took 1.031x bf16's, then the 1.5B shape at
+# 4k with the log-softmax compiled (its MFU target is met without it):
 #
 #   ladder-MODEL-N       benchmarks/scale_ladder.py: the cells the ladder has not run yet, Qwen2.5-3B at N = 1k, 4k and
 #                        8k response tokens (the other shapes' cells are in the third, fourth, sixth and seventh runs),
 #                        gradient checkpointing, each cell at one micro-batch sized to its tokens (no failed attempt first)
+#   ladder-1k-profile-D  the 1.5B shape at 1k as in the ratio's cells, in D = fp16 and bf16, each with its update's
+#                        operators (which kernels make fp16's learner 3% slower, in rescoring as much as in the update)
 #   ladder-4k-compiled   the 1.5B shape at 4k without checkpointing, --compile-layers (45.5% MFU in the fifth run),
 #                        now with the chunked log-softmax compiled too, and its operator profile
 #
@@ -36,6 +39,10 @@ grid() {  # "MODEL LENGTH MICRO-BATCH" …
   done
 }
 grid "qwen2.5-3b 1024 32" "qwen2.5-3b 4096 16" "qwen2.5-3b 8192 8"
+for dtype in fp16 bf16; do
+  ladder "ladder-1k-profile-$dtype" --models qwen2.5-1.5b --response-lengths 1024 --micro-batch-sizes 32 \
+    --dtype "$dtype" --profile
+done
 ladder ladder-4k-compiled --models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 \
   --no-gradient-checkpointing --compile-layers --profile
 echo "$(date +%T) done" >> "$RUNS/phases.log"
