@@ -70,5 +70,6 @@ def main(folder: Path) -> None:
         print("|---" * 12 + "|")
         print("\n".join(row for path in ladders for row in ladder_rows(path)))
 
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent)
