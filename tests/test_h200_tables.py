@@ -44,13 +44,18 @@ def _figure(cell: str) -> float:
     return float(text[:-1]) * 1000 if text.endswith("k") else float(text)
 
 
-def _summarized_loops(folder) -> dict[str, list[str]]:
-    """The cells of each loop's row as benchmarks/results/h200_scale/summarize.py prints them for ``folder``."""
+def _summarized(folder) -> str:
+    """What benchmarks/results/h200_scale/summarize.py prints for ``folder``."""
     summarize = load_script("benchmarks/results/h200_scale/summarize.py")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         summarize.main(folder)
-    return {line.split("|")[1].strip(): line.split("|") for line in out.getvalue().splitlines()
+    return out.getvalue()
+
+
+def _summarized_loops(folder) -> dict[str, list[str]]:
+    """The cells of each loop's row as summarize.py prints them for ``folder``."""
+    return {line.split("|")[1].strip(): line.split("|") for line in _summarized(folder).splitlines()
             if line.startswith("| loop-")}
 
 
@@ -186,11 +191,7 @@ def test_the_sixth_scale_run_quoted_in_results_is_that_of_its_files():
 
 def test_the_seventh_scale_run_quoted_in_results_is_that_of_its_files():
     folder = RESULTS / "h200_scale_7"
-    summarize = load_script("benchmarks/results/h200_scale/summarize.py")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        summarize.main(folder)
-    assert out.getvalue() in (folder / "README.md").read_text()  # the README's table is summarize.py's whole output
+    assert _summarized(folder) in (folder / "README.md").read_text()  # the README's table is summarize.py's whole output
     section = _section("### Seventh run")
     rows = {line.split("|")[1].strip().split(",")[0]: line.split("|")[2:-1] for line in section.splitlines()
             if line.startswith("| fp16") or line.startswith("| bf16")}
