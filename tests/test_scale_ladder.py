@@ -48,7 +48,6 @@ def test_fp16_over_bf16_is_the_ratio_of_median_times_of_cells_that_ran():
     assert ladder.time_ratios(cells, ladder.learner_seconds) == {"m": pytest.approx(1.625 / 1.5)}
 
 
-
 @pytest.mark.parametrize("cell_timeout_s, limit", [(1200.0, "the ladder's --time-limit-s"), (1.0, "--cell-timeout-s")])
 def test_a_cell_stopped_by_a_time_limit_is_not_measured_rather_than_too_large(cell_timeout_s, limit, monkeypatch):
     # The cell's own process (spawned, so it imports this script by its name) is killed after a second.
@@ -59,6 +58,7 @@ def test_a_cell_stopped_by_a_time_limit_is_not_measured_rather_than_too_large(ce
     assert cell["fits"] is None and cell["error"] == f"stopped by {limit} after 1 s"
     assert ladder.describe(cell) == f"tiny × 8 fp32: not measured (stopped by {limit} after 1 s)"
     assert ladder.time_ratios([cell], ladder.step_seconds) == {}
+
 
 @pytest.mark.parametrize("learner_kind", ["builtin", "deepspeed"])
 def test_micro_batch_search_moves_down_on_out_of_memory_and_drops_the_failed_gradients(learner_kind):
