@@ -207,6 +207,54 @@ def test_the_seventh_scale_run_quoted_in_results_is_that_of_its_files():
     assert f"learner takes {ratio['fp16_over_bf16_learner_time']['qwen2.5-1.5b']:.3f}x" in section
 
 
+def _profiled_ms(folder) -> dict[str, tuple[float, ...]]:
+    """Each dtype's profiled update in ``folder``: "all" (its device time) and each operator → (fp16 ms, bf16 ms)."""
+    by_dtype = {}
+    for dtype in ("fp16", "bf16"):
+        [cell] = json.loads((folder / f"ladder-1k-profile-{dtype}.json").read_text())["cells"]
+        _, _, ms, share = cell["operators"][0]
+        by_dtype[dtype] = {"all": ms / share} | {op[0]: op[2] for op in cell["operators"]}
+    return {key: (by_dtype["fp16"][key], by_dtype["bf16"][key]) for key in by_dtype["fp16"].keys() & by_dtype["bf16"]}
+
+
+def _quoted_profile(text: str) -> dict[str, list[float]]:
+    """The profile table's rows in ``text``: "all" or the operator in backticks → [fp16 ms, bf16 ms, ratio]."""
+    rows = {}
+    for line in text.splitlines():
+        label = line.split("|")[1] if line.startswith("| ") else ""
+        key = "all" if "all device time" in label else (re.findall(r"`(aten::\w+)`", label) or [None])[0]
+        if key:
+            rows[key] = [_figure(cell) for cell in line.split("|")[2:5]]
+    return rows
+
+
+def test_the_eighth_scale_run_quoted_in_results_is_that_of_its_files():
+    folder = RESULTS / "h200_scale_8"
+    readme = (folder / "README.md").read_text()
+    assert _summarized(folder) in readme  # the README's table is summarize.py's whole output
+    section = _section("### Eighth run")
+    profiled = _profiled_ms(folder)
+    for text, expected_rows in ((section, 3), (readme, 5)):
+        quoted = _quoted_profile(text)
+        assert len(quoted) == expected_rows and "all" in quoted and "aten::mm" in quoted
+        for key, (fp16, bf16, ratio) in quoted.items():
+            assert (fp16, bf16) == (pytest.approx(profiled[key][0], abs=0.6), pytest.approx(profiled[key][1], abs=0.6))
+            assert ratio == pytest.approx(profiled[key][0] / profiled[key][1], abs=0.0006)
+    cells = {}
+    for name in ("ladder-1k-profile-fp16", "ladder-1k-profile-bf16", "ladder-4k-compiled",
+                 *(f"ladder-qwen2.5-3b-{n}" for n in (1024, 4096, 8192))):
+        [cells[name]] = json.loads((folder / f"{name}.json").read_text())["cells"]
+    learner = {d: cells[f"ladder-1k-profile-{d}"]["perf/time/score"] + cells[f"ladder-1k-profile-{d}"]["perf/time/update"]
+               for d in ("fp16", "bf16")}
+    assert f"{learner['fp16'] / learner['bf16']:.3f}x for rescoring + update" in section
+    assert f"({learner['fp16']:.2f} against {learner['bf16']:.2f} s" in section
+    mfus = [f"{cells[f'ladder-qwen2.5-3b-{n}']['mfu']:.1%}" for n in (1024, 4096, 8192)]
+    assert f"{mfus[0]}, {mfus[1]} and {mfus[2]} MFU" in section
+    assert f"({cells['ladder-qwen2.5-3b-8192']['step_time_s']:.0f} s a step at 8k)" in section
+    assert {round(cells[f"ladder-qwen2.5-3b-{n}"]["learner_peak_gb"], 1) for n in (1024, 4096, 8192)} == {69.0}
+    assert f"**{cells['ladder-4k-compiled']['mfu']:.1%} MFU at 4k" in section
+
+
 def test_the_ladders_grid_in_results_is_what_grid_py_prints_of_the_runs():
     grid = load_script("benchmarks/results/h200_scale/grid.py")
     rows = grid.grid_rows(RESULTS)
@@ -222,6 +270,11 @@ def test_the_ladders_grid_in_results_is_what_grid_py_prints_of_the_runs():
     assert (run, shown["step_time_s"]) == ("h200_scale_7", times[1])
     # Cells without checkpointing or compiled are not the grid's.
     assert grid.grid_cells(RESULTS)["qwen2.5-1.5b", 4096][0] == "h200_scale_3"
+    # A run's median of three stands before a later run's single measurement of the cell (the eighth run's profiled one).
+    [profiled] = json.loads((RESULTS / "h200_scale_8" / "ladder-1k-profile-fp16.json").read_text())["cells"]
+    assert (profiled["model"], profiled["response_length"], profiled["dtype"]) == ("qwen2.5-1.5b", 1024, "fp16")
+    assert grid.grid_cells(RESULTS)["qwen2.5-3b", 8192][0] == "h200_scale_8"
+    assert all(f"| {model} |" in "\n".join(rows) and "not measured yet" not in "\n".join(rows) for model in grid.MODELS)
 
 ARM_NAMES = {"IS-PG": "pg", "GRPO": "grpo", "GRPO-TIS": "grpo-tis"}
 ARM_ROW = re.compile(r"\| (IS-PG|GRPO|GRPO-TIS) (fp16|bf16|fp32) s\d \|")

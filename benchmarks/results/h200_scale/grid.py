@@ -1,11 +1,12 @@
 """The scale ladder's grid (docs/results.md §4d): every shape × response length at the grid's settings, each
-from the newest H200 run that measured it.
+from the H200 run that measured it most often, the newest of those.
 
     python3 benchmarks/results/h200_scale/grid.py [RESULTS]    # default: the folder above this script's
 
 The grid's settings are the ladder's defaults: fp16, gradient checkpointing, decoder layers not compiled
 (the runs' other cells, without checkpointing or compiled, are in their own tables). A cell measured
-several times in one run (the fp16/bf16 ratio's cells) is shown at its median step time.
+several times in one run (the fp16/bf16 ratio's cells) is shown at its median step time, and that median
+stands before a later run's single measurement.
 """
 
 import json
@@ -24,8 +25,9 @@ def run_number(folder: Path) -> int:
 
 
 def grid_cells(results: Path) -> dict[tuple[str, int], tuple[str, dict]]:
-    """(model, response length) → (the run's folder, its cell), the newest run's where several measured it."""
-    found = {}
+    """(model, response length) → (the run's folder, its cell), from the run with the most measurements of it, the
+    newest of those."""
+    found, counts = {}, {}
     for path in sorted(results.glob("h200_scale*/ladder*.json"), key=lambda p: run_number(p.parent)):
         result = json.loads(path.read_text())
         settings = result["settings"]
@@ -36,8 +38,10 @@ def grid_cells(results: Path) -> dict[tuple[str, int], tuple[str, dict]]:
             if cell.get("fits") and cell["dtype"] == "fp16":
                 measured[cell["model"], cell["response_length"]].append(cell)
         for key, cells in measured.items():
+            if len(cells) < counts.get(key, 0):
+                continue
             cells.sort(key=lambda c: c["step_time_s"])
-            found[key] = (path.parent.name, cells[(len(cells) - 1) // 2])
+            found[key], counts[key] = (path.parent.name, cells[(len(cells) - 1) // 2]), len(cells)
     return found
 
 
