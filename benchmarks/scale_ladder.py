@@ -41,7 +41,10 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
     perf/time/*                 the loop's time split, median over the timed steps
     operators                   with --profile: one more update after the timed steps, under torch's
                                 profiler; the operators that took the most device time (CPU time on
-                                CPU), each [name, calls, ms, share of the update's device time]
+                                CPU), each [name, calls, ms, share of the update's device time];
+                                profiled_wall_ms and profiled_device_ms that update's wall time and
+                                its operators' device time (the rest the device spent idle), and
+                                host_operators [name, calls, ms] where the host spent its own time
 FLOPs of one step, N = parameters used in matrix products (every parameter but an untied
 input embedding), per sequence of s tokens on L layers of width h: update 6·N·s + 12·L·h·s²
 (forward + backward, full causal attention counted), rescoring 2·N·s + 4·L·h·s²; gradient
@@ -155,7 +158,8 @@ class LadderArgs:
     in_process: bool = False
     # A tiny model on CPU in fp32 with the built-in sampler and learner, one step, no ratio: checks the script, measures nothing.
     smoke: bool = False
-    # After the timed steps, profile one more update and record where its device time goes (the cell's "operators").
+    # After the timed steps, profile one more update: where its device time goes (the cell's "operators"), its wall
+    # time, and where the host spends its own.
     profile: bool = False
 
 
@@ -330,9 +334,9 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     })
     if args.profile:
         sampler.sleep()  # the update's memory, as in the timed steps
-        with operator_profile(device) as operators:
+        with operator_profile(device) as profiled:
             learner.update(rollout, args.steps)
-        cell["operators"] = operators
+        cell.update(profiled)
     return cell
 
 

@@ -428,7 +428,8 @@ class LogArgs(Checked):
     # Checkpoints kept in OUTPUT_DIR/checkpoints (older ones are deleted after each save); None keeps all.
     keep_checkpoints: Optional[int] = 3
     # Run the learner's update of this step (counted from 1) under torch's profiler: the operators that took the
-    # most device time go to OUTPUT_DIR/profile.json, the first of them to the console. None profiles nothing.
+    # most device time, the update's wall time and where the host spent its own go to OUTPUT_DIR/profile.json,
+    # the costliest operators to the console. None profiles nothing.
     profile_update: Optional[int] = None
 
     def check(self) -> None:

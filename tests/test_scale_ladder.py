@@ -33,6 +33,11 @@ def test_profile_records_where_one_more_update_spends_its_time(tmp_path):
     # The update's matrix products are among its costliest operators, and the shares are of one total.
     assert {"aten::mm", "aten::addmm", "aten::bmm"} & set(names)
     assert sum(share for *_, share in cell["operators"]) <= 1.0001
+    _, _, ms, share = cell["operators"][0]
+    assert cell["profiled_device_ms"] == pytest.approx(ms / share, rel=0.01)
+    assert 0 < cell["profiled_device_ms"] <= cell["profiled_wall_ms"]
+    host_ms = [ms for _, _, ms in cell["host_operators"]]
+    assert len(host_ms) == 25 and host_ms == sorted(host_ms, reverse=True)
 
 
 def test_fp16_over_bf16_is_the_ratio_of_median_times_of_cells_that_ran():

@@ -104,6 +104,8 @@ def test_profile_update_writes_where_that_steps_update_spent_its_time(tmp_path, 
     assert {"aten::mm", "aten::addmm", "aten::bmm", "aten::linear"} & set(names)
     assert all(calls >= 1 and ms >= 0 for _, calls, ms, _ in profile["operators"])
     assert 0 < sum(share for *_, share in profile["operators"]) <= 1.0001
+    assert 0 < profile["profiled_device_ms"] <= profile["profiled_wall_ms"]
+    assert {name for name, _, _ in profile["host_operators"]} & {"aten::mm", "aten::addmm", "aten::bmm", "aten::linear"}
     assert f"profile of step 2's update ({tmp_path / 'profile.json'})" in capsys.readouterr().out
     # The profiled step is marked, and the run's time split is that of the other steps.
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

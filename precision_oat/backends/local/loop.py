@@ -77,12 +77,12 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             # A co-located vLLM frees its GPU memory for the update; the weight sync wakes it.
             run.sampler.sleep()
             profiling = step + 1 == logging.profile_update
-            with operator_profile(run.device) if profiling else contextlib.nullcontext() as operators:
+            with operator_profile(run.device) if profiling else contextlib.nullcontext() as profiled:
                 update = learner.update(batch.to(run.device), step)
             if profiling:
                 metrics["perf/profiled"] = 1.0  # the run's time split leaves this step out
                 if world.is_main:
-                    report_profile(run.out, step + 1, operators)
+                    report_profile(run.out, step + 1, profiled)
             metrics.update(update.stats)
             sync_start = time.perf_counter()
             push_weights(run.sampler, learner.export_weights(), run.precision, run.head_tied)
