@@ -44,6 +44,11 @@ def _figure(cell: str) -> float:
     return float(text[:-1]) * 1000 if text.endswith("k") else float(text)
 
 
+def _table_rows(text: str, start: str = "| ") -> dict[str, list[str]]:
+    """The table rows of ``text`` that start with ``start``, each split at "|", by the text of its first cell."""
+    return {line.split("|")[1].strip(): line.split("|") for line in text.splitlines() if line.startswith(start)}
+
+
 def _summarized(folder) -> str:
     """What benchmarks/results/h200_scale/summarize.py prints for ``folder``."""
     summarize = load_script("benchmarks/results/h200_scale/summarize.py")
@@ -55,14 +60,12 @@ def _summarized(folder) -> str:
 
 def _summarized_loops(folder) -> dict[str, list[str]]:
     """The cells of each loop's row as summarize.py prints them for ``folder``."""
-    return {line.split("|")[1].strip(): line.split("|") for line in _summarized(folder).splitlines()
-            if line.startswith("| loop-")}
+    return _table_rows(_summarized(folder), start="| loop-")
 
 
 def test_the_loops_quoted_in_results_are_those_of_the_h200_scale_metrics():
     first, sixth = _summarized_loops(RESULTS / "h200_scale"), _summarized_loops(RESULTS / "h200_scale_6")
-    page = {line.split("|")[1].strip(): line.split("|") for line in (ROOT / "docs" / "results.md").read_text().splitlines()
-            if line.startswith("| ")}
+    page = _table_rows((ROOT / "docs" / "results.md").read_text())
     # results.md §4d: column 3 is "after, 8 × 4", column 4 "after, 128 × 8", column 5 the sixth run's; summarize.py's
     # columns 4-7 are s/step, response tokens/step, sampler tok/s and end-to-end tok/s.
     for quoted, column in (("s per step (median)", 4), ("response tokens per step", 5), ("vLLM sampler, tok/s", 6),
@@ -96,7 +99,7 @@ def _section(heading: str) -> str:
 
 def test_the_third_scale_run_quoted_in_results_is_that_of_its_files():
     section = _section("### Third run")
-    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    rows = _table_rows(section)
     loops = _summarized_loops(RESULTS / "h200_scale_3")
     # summarize.py's columns 4 and 6 are s/step and sampler tok/s, its last the share outside sampling and updating.
     for quoted, loop in (("`--vllm-kv-cache-gb 2`", "loop-8x4"), ("the cache the utilization leaves (~40 GiB)",
@@ -116,7 +119,7 @@ def test_the_third_scale_run_quoted_in_results_is_that_of_its_files():
 
 def test_the_fourth_scale_run_quoted_in_results_is_that_of_its_files():
     section = _section("### Fourth run")
-    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    rows = _table_rows(section)
     loops = _summarized_loops(RESULTS / "h200_scale_4")
     for quoted, loop in (("a seed per row, π_old rescored", "loop-128x8-tuned"),
                          ("`--no-vllm-row-seeds --no-rescore`", "loop-128x8-fast")):
@@ -135,7 +138,7 @@ def test_the_fourth_scale_run_quoted_in_results_is_that_of_its_files():
 
 def test_the_fifth_scale_run_quoted_in_results_is_that_of_its_files():
     section = _section("### Fifth run")
-    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    rows = _table_rows(section)
     for quoted, name in (("`--compile-layers`", "ladder-4k-compiled.json"), ("eager", "ladder-4k-no-ckpt.json")):
         [cell] = json.loads((RESULTS / "h200_scale_5" / name).read_text())["cells"]
         assert _figure(rows[quoted][2]) == pytest.approx(cell["learner_peak_gb"], abs=0.05)
@@ -155,7 +158,7 @@ def test_the_fifth_scale_run_quoted_in_results_is_that_of_its_files():
 
 def test_the_sixth_scale_run_quoted_in_results_is_that_of_its_files():
     section = _section("### Sixth run")
-    rows = {line.split("|")[1].strip(): line.split("|") for line in section.splitlines() if line.startswith("| ")}
+    rows = _table_rows(section)
     for quoted, folder, name in (("fifth run", "h200_scale_5", "loop-128x8-fast"),
                                  ("sixth run", "h200_scale_6", "loop-128x8-1024")):
         [row] = [cells for label, cells in rows.items() if label.startswith(quoted)]
@@ -261,7 +264,7 @@ def test_the_ladders_grid_in_results_is_what_grid_py_prints_of_the_runs():
     section = _section("### The ladder's grid")
     assert [line for line in section.splitlines() if line.startswith("|")] == rows
     assert len(rows) == 2 + len(grid.MODELS) * len(grid.LENGTHS)
-    # The newest run's cell wins, and a run's repeated cells show at their median step time.
+    # A cell measured once in each run comes from the newest, and a run's repeated cells show at their median step time.
     [cell] = json.loads((RESULTS / "h200_scale_6" / "ladder-smollm2-135m-1024.json").read_text())["cells"]
     assert grid.grid_cells(RESULTS)["smollm2-135m", 1024] == ("h200_scale_6", cell)
     ratio = json.loads((RESULTS / "h200_scale_7" / "ladder-ratio.json").read_text())["ratio_cells"]
