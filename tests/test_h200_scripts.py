@@ -99,6 +99,15 @@ def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
         parse(argv)
 
 
+def test_alone_runs_only_the_parts_named(tmp_path):
+    (tmp_path / "smolhf").mkdir()
+    calls = recorded_calls("experiments/h200/alone.sh", 2, tmp_path, PARTS="speed preflight")
+    assert [argv[:2] for argv in calls] == [["benchmarks/step_time.py", "--model"],
+                                             ["-m", "precision_oat.mismatch.preflight"]]
+    phases = (tmp_path / "runs" / "phases.log").read_text()
+    assert "lab-pair" not in phases and "seeds" not in phases
+
+
 def test_the_arms_header_gives_both_stress_pairs():
     assert [env["ARMS"].split(";")[0].split()[0] for env in ARMS_HEADER] == ["pg-fp16-lr5e-5", "pg-fp16-long"]
 

@@ -13,15 +13,18 @@
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/alone.sh
 #   RUNS=<results folder> bash experiments/h200/report.sh     (progress, and the results tar)
 # Each part gets at most $PART_LIMIT seconds (default 300); its output lands in $RUNS/NAME.log and $RUNS/NAME/.
+# PARTS names the parts to run (default all five, in the order above), e.g. PARTS="speed lab-pair preflight".
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
 PART_LIMIT=${PART_LIMIT:-300}
+PARTS=${PARTS:-"speed seeds lab-pair lab-head preflight"}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 
 part() {  # NAME, then the command
   local name=$1; shift
+  [[ " $PARTS " == *" $name "* ]] || return 0
   echo "$(date +%T) $name" >> "$RUNS/phases.log"
   mkdir -p "$RUNS/$name"
   timeout -k 20 "$PART_LIMIT" "$@" > "$RUNS/$name.log" 2>&1
