@@ -98,16 +98,23 @@ def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device
     return sum(times[args.warmup :]) / args.iters
 
 
-def time_sampler(args: BenchArgs, policy, dtype: DType, sampler_kind: str, device: torch.device, folder: Path) -> float:
+def sampler_settings(args: BenchArgs, sampler_kind: str):
+    """The timed sampler's settings. Its engine never sleeps: this one process starts an engine per dtype, and
+    vLLM's sleep-mode allocator serves a single engine per process."""
     from precision_oat.args import RolloutArgs
+
+    return RolloutArgs(sampler="builtin" if sampler_kind == "builtin" else "vllm", max_new_tokens=args.response_len,
+                       max_prompt_length=args.prompt_len, vllm_gpu_memory_utilization=0.2,
+                       vllm_row_seeds=sampler_kind != "vllm-batch-seeded", vllm_sleep=False)
+
+
+def time_sampler(args: BenchArgs, policy, dtype: DType, sampler_kind: str, device: torch.device, folder: Path) -> float:
     from precision_oat.precision.policy import Precision
     from precision_oat.samplers import build_sampler
     from precision_oat.samplers.sampler import SamplingParams
 
-    rollout = RolloutArgs(sampler="builtin" if sampler_kind == "builtin" else "vllm", max_new_tokens=args.response_len,
-                          max_prompt_length=args.prompt_len, vllm_gpu_memory_utilization=0.2,
-                          vllm_row_seeds=sampler_kind != "vllm-batch-seeded")
-    sampler = build_sampler(policy, Precision.from_flags(dtype), device, rollout, 0, folder=folder)
+    sampler = build_sampler(policy, Precision.from_flags(dtype), device, sampler_settings(args, sampler_kind), 0,
+                            folder=folder)
     prompts = synthetic_rollout(args, policy.model.config.vocab_size).input_ids[:, : args.prompt_len].tolist()
     sampler.generate(prompts[:8], SamplingParams(1, 1.0, 1.0, 8, (), 0))
     _sync(device)

@@ -25,6 +25,7 @@ import json, os, sys, tempfile
 fd, _ = tempfile.mkstemp(dir=os.environ["CALLS"], suffix=".json")
 os.write(fd, json.dumps(sys.argv[1:]).encode())
 os.close(fd)
+sys.exit(int(os.environ.get("EXIT_STATUS", "0")))
 """
 
 
@@ -106,6 +107,30 @@ def test_alone_runs_only_the_parts_named(tmp_path):
                                              ["-m", "precision_oat.mismatch.preflight"]]
     phases = (tmp_path / "runs" / "phases.log").read_text()
     assert "lab-pair" not in phases and "seeds" not in phases
+
+
+def test_alone_logs_each_parts_exit_status(tmp_path):
+    (tmp_path / "smolhf").mkdir()
+    recorded_calls("experiments/h200/alone.sh", 1, tmp_path, PARTS="preflight", EXIT_STATUS="3")
+    assert "preflight exit 3" in (tmp_path / "runs" / "phases.log").read_text()
+
+
+def test_the_vllm_engines_that_share_a_process_in_alone_never_sleep(tmp_path):
+    # The benchmark and the lab start an engine per dtype in one process; vLLM's sleep-mode allocator takes one.
+    (tmp_path / "smolhf").mkdir()
+    step_time = load_script("benchmarks/step_time.py")
+    engines = 0
+    for argv in recorded_calls("experiments/h200/alone.sh", 5, tmp_path):
+        args = parse(argv)
+        if argv[0] == "benchmarks/step_time.py":
+            settings = [step_time.sampler_settings(args, kind) for kind in args.samplers if kind != "builtin"]
+        elif argv[1] == "precision_oat.mismatch" and args.sampler == "vllm":
+            settings = [args.rollout_args(longest_prompt=64)]
+        else:
+            continue
+        engines += len(settings) * len(args.dtypes)
+        assert not any(s.vllm_sleep for s in settings), argv
+    assert engines == 2 + 2 + 3
 
 
 def test_the_arms_header_gives_both_stress_pairs():

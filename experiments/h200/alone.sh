@@ -27,8 +27,9 @@ part() {  # NAME, then the command
   [[ " $PARTS " == *" $name "* ]] || return 0
   echo "$(date +%T) $name" >> "$RUNS/phases.log"
   mkdir -p "$RUNS/$name"
-  timeout -k 20 "$PART_LIMIT" "$@" > "$RUNS/$name.log" 2>&1
-  echo "$(date +%T) $name exit $?" >> "$RUNS/phases.log"
+  local status=0
+  timeout -k 20 "$PART_LIMIT" "$@" > "$RUNS/$name.log" 2>&1 || status=$?
+  echo "$(date +%T) $name exit $status" >> "$RUNS/phases.log"
 }
 
 lab=(python3 -m precision_oat.mismatch --model "$HF" --task counting --num-samples 4 --max-new-tokens 768

@@ -70,6 +70,15 @@ class PairSettings:
     # vLLM: no CUDA graphs (starts faster, decodes slower).
     vllm_enforce_eager: bool = False
 
+    def rollout_args(self, longest_prompt: int):
+        """The sampler's settings. Its engines never sleep: every arm's engine stays alive in this one process,
+        and vLLM's sleep-mode allocator serves a single engine per process."""
+        from precision_oat.args import RolloutArgs
+
+        return RolloutArgs(sampler=self.sampler, max_new_tokens=self.max_new_tokens, max_prompt_length=longest_prompt,
+                           vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                           vllm_enforce_eager=self.vllm_enforce_eager, vllm_sleep=False)
+
 
 @dataclass
 class LabArgs(PairSettings, PromptSource):
@@ -100,7 +109,6 @@ def arm_precision(arm: str):
 def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype: str, device: torch.device,
                  log=print, folder: Optional[Path] = None):
     """Sample in ``dtype`` (a lab arm), rescore in ``dtype``; return (metrics, histograms)."""
-    from precision_oat.args import RolloutArgs
     from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_histograms, mismatch_metrics
     from precision_oat.rl.rollout import collate
     from precision_oat.samplers import build_sampler
@@ -110,11 +118,8 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
     precision = arm_precision(dtype)
     params = SamplingParams(pair.num_samples, pair.temperature, 1.0, pair.max_new_tokens, stop_token_ids(tokenizer),
                             pair.seed)
-    rollout_args = RolloutArgs(sampler=pair.sampler, max_new_tokens=pair.max_new_tokens,
-                               max_prompt_length=max(len(p) for p in prompt_ids),
-                               vllm_gpu_memory_utilization=pair.vllm_gpu_memory_utilization,
-                               vllm_enforce_eager=pair.vllm_enforce_eager)
-    sampler = build_sampler(policy, precision, device, rollout_args, pair.seed, folder=folder)
+    sampler = build_sampler(policy, precision, device, pair.rollout_args(max(len(p) for p in prompt_ids)), pair.seed,
+                            folder=folder)
     _sync(device)
     start = time.perf_counter()
     completions = sampler.generate(prompt_ids, params)
