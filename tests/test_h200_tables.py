@@ -308,11 +308,12 @@ def test_the_ten_arms_quoted_in_results_are_those_of_the_round5_metrics():
         _held_out(held_out, stats)
 
 
-def test_the_round6_arms_quoted_in_results_are_those_of_their_metrics():
+@pytest.mark.parametrize("heading, folder, count", [("### Round 6:", "h200_round6", 3), ("### Round 7:", "h200_round7", 2)])
+def test_the_200_step_arms_quoted_in_results_are_those_of_their_metrics(heading, folder, count):
     report = load_script("experiments/h200/arms_report.py")
-    arms = report.load_arms([RESULTS / "h200_round6"])
-    quoted = _arm_rows("### Round 6:")
-    assert len(quoted) == len(arms) == 3
+    arms = report.load_arms([RESULTS / folder])
+    quoted = _arm_rows(heading)
+    assert len(quoted) == len(arms) == count
     for arm, first, logp, k3, seq_kl, first_last, held_out, _ in quoted:
         algo, dtype, seed = arm.split()
         stats = report.arm_stats(arms[f"{ARM_NAMES[algo]}-{dtype}-{seed}"])
@@ -321,6 +322,44 @@ def test_the_round6_arms_quoted_in_results_are_those_of_their_metrics():
             [stats[k] for k in ("abs_logp_diff", "k3", "seq_kl", "abs_logp_diff_first_20", "abs_logp_diff_last_20")],
             rel=0.06), arm
         _held_out(held_out, stats)
+
+
+def _round7_table(bullet: str) -> dict[str, list[str]]:
+    """The rows of the table nested under Round 7's bullet that starts with ``bullet``."""
+    text = _section("### Round 7:").split(f"- **{bullet}", 1)[1].split("\n- **", 1)[0]
+    return _table_rows(text, start="  | ")
+
+
+def test_the_round7_lab_quoted_in_results_is_that_of_its_file():
+    measured = json.loads((RESULTS / "h200_round7" / "lab-pair" / "mismatch.json").read_text())["dtypes"]
+    rows = _round7_table("The pair's lab")
+    for dtype in ("bf16", "fp16", "fp32"):
+        m = measured[dtype]
+        shown = [float(x) for cell in rows[dtype][2:8] for x in NUMBER.findall(cell)]
+        assert shown == pytest.approx([
+            m["mismatch/abs_logp_diff_mean"], m["mismatch/seq_logratio_std"], m["mismatch/k3"], m["mismatch/seq_kl"],
+            m["mismatch/mu/0-0.1/abs_logp_diff_mean"], m["mismatch/mu/0.9-1/abs_logp_diff_mean"],
+            m["mismatch/position/0-16/abs_logp_diff_mean"], m["mismatch/position/256-1024/abs_logp_diff_mean"],
+        ], rel=0.06), dtype
+
+
+def test_the_round7_speed_table_quoted_in_results_is_that_of_its_two_runs():
+    folder = RESULTS / "h200_round7"
+    second = json.loads((folder / "speed" / "step_time.json").read_text())["dtypes"]
+    first = {}  # the first run's figures, as its log printed them (it stopped before writing its JSON)
+    for dtype, kind, role, value in re.findall(r"^(fp16|bf16): (\w+) (learner step|sampler) ([\d,.]+)",
+                                               (folder / "speed-first.log").read_text(), re.M):
+        key = f"learner_step_s/{kind}" if role == "learner step" else f"sampler_tokens_per_s/{kind}"
+        first.setdefault(dtype, {})[key] = float(value.replace(",", "")) / (1000 if role == "learner step" else 1)
+    rows = _round7_table("The speed table")
+    keys = ("learner_step_s/builtin", "learner_step_s/deepspeed", "sampler_tokens_per_s/builtin",
+            "sampler_tokens_per_s/vllm")
+    for dtype in ("fp16", "bf16"):
+        for key, cell in zip(keys, rows[dtype][2:6]):
+            runs = [None if x.strip() == "–" else _figure(x) for x in cell.split(" / ")]
+            expected = [first[dtype].get(key), second[dtype][key]]
+            scale = 1000 if key.startswith("learner") else 1
+            assert runs == [None if e is None else pytest.approx(e * scale, rel=0.001) for e in expected], (dtype, key)
 
 
 def test_the_second_runs_loops_quoted_in_results_are_those_of_their_metrics():
