@@ -47,9 +47,10 @@ def _scaled_policy(source, folder, target_max: float):
 
 @pytest.fixture(scope="module")
 def near_overflow(embedded_policy_dir, tmp_path_factory):
-    # Largest activation 30000 on the prompts, higher on the responses the run's preflight samples after
-    # them: fp16 still holds it (headroom between 1.2x and 2x), the default 2x margin refuses it.
-    return _scaled_policy(embedded_policy_dir, tmp_path_factory.mktemp("near"), 3.0e4)
+    # Largest activation 40000 on the prompts (headroom 1.64x), a little higher on the responses the run's
+    # preflight samples after them (by 2% on one CPU's kernels, by over 9% on another's): fp16 still holds
+    # it (headroom between 1.2x and 2x), the default 2x margin refuses it.
+    return _scaled_policy(embedded_policy_dir, tmp_path_factory.mktemp("near"), 4.0e4)
 
 
 def test_fp16_run_passes_the_preflight_and_records_the_contract(tmp_path, embedded_policy_dir, capsys):
