@@ -7,13 +7,18 @@ What it times, on the same weights and synthetic tokens for every dtype d:
     learner  one ``update`` call of the shared RL step = rescoring (full forward, no grad) +
              forward/backward of every micro-batch + the optimiser step, with the built-in learner
              (fp32 masters, our scaler) or DeepSpeed; ``batch`` sequences of ``prompt_len +
-             response_len`` tokens, algo pg. Mean of ``iters`` calls after ``warmup`` calls.
+             response_len`` tokens, algo pg. Median of ``iters`` calls after ``warmup`` calls.
     sampler  the built-in KV-cache sampler or vLLM generating ``response_len`` tokens for ``batch``
              prompts with no stop token (so every row runs to the end); response tokens per second.
              ``vllm-batch-seeded`` is vLLM with ``--no-vllm-row-seeds``: one seed for the batch
              instead of one per sequence.
-Figures printed and written to ``--output`` (JSON). Results of the H200 run are in
-``benchmarks/results/h200_step_time.json`` (command in docs/results.md).
+With ``--rounds N`` the whole sweep runs N times, the dtypes in turn first and last, so that a drift
+over the run (clocks, caches) falls on both; each figure is the median over the rounds and each
+fp16/bf16 ratio the median of the rounds' ratios. ``spread`` holds each figure's lowest and highest
+value over every timed call of every round.
+Figures printed and written to ``--output`` (JSON). Results of the H200 runs are in
+``benchmarks/results/h200_step_time.json`` and ``benchmarks/results/h200_round7/speed/`` (commands
+in docs/results.md).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import copy
 import json
 import time
 from dataclasses import asdict, dataclass
+from statistics import median
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -57,6 +63,8 @@ class BenchArgs:
     warmup: int = 2
     # Timed learner calls.
     iters: int = 5
+    # Sweeps over the dtypes, in alternating order; figures are medians over them.
+    rounds: int = 1
     # "auto" picks CUDA when available.
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # JSON file for the figures; None only prints them.
@@ -78,7 +86,8 @@ def synthetic_rollout(args: BenchArgs, vocab: int, seed: int = 0):
     return collate(completions, rewards, group_size=8 if args.batch % 8 == 0 else 1, pad_token_id=0)
 
 
-def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device: torch.device) -> float:
+def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device: torch.device) -> list[float]:
+    """Seconds of each timed ``update`` call."""
     from precision_oat.args import Args, TrainArgs, algorithm_spec
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.precision.policy import Precision
@@ -95,7 +104,7 @@ def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device
         _sync(device)
         times.append(time.perf_counter() - start)
     del learner
-    return sum(times[args.warmup :]) / args.iters
+    return times[args.warmup :]
 
 
 def sampler_settings(args: BenchArgs, sampler_kind: str):
@@ -126,6 +135,22 @@ def time_sampler(args: BenchArgs, policy, dtype: DType, sampler_kind: str, devic
     return args.batch * args.response_len / elapsed
 
 
+def sweep(args: BenchArgs, policy, dtypes: list[DType], device: torch.device, folder: Path) -> dict:
+    """One pass over ``dtypes``: every timed value of each figure, by dtype then figure."""
+    samples: dict[str, dict[str, list[float]]] = {}
+    for dtype in dtypes:
+        row = samples.setdefault(dtype, {})
+        for kind in args.learners:
+            row[f"learner_step_s/{kind}"] = time_learner(args, policy.model, dtype, kind, device)
+            print(f"{dtype}: {kind} learner step {median(row[f'learner_step_s/{kind}']) * 1000:.1f} ms", flush=True)
+        for kind in args.samplers:
+            row[f"sampler_tokens_per_s/{kind}"] = [time_sampler(args, policy, dtype, kind, device, folder)]
+            print(f"{dtype}: {kind} sampler {row[f'sampler_tokens_per_s/{kind}'][0]:,.0f} tok/s", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return samples
+
+
 def main(args: BenchArgs) -> dict:
     from precision_oat.args import ModelArgs
     from precision_oat.models import load_policy, resolve_device
@@ -133,25 +158,23 @@ def main(args: BenchArgs) -> dict:
     device = resolve_device(args.device)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file))
     folder = Path(args.output or "runs/step_time").with_suffix("") / "vllm_init"
-    rows: dict[str, dict[str, float]] = {}
-    for dtype in args.dtypes:
-        row = rows.setdefault(dtype, {})
-        for kind in args.learners:
-            row[f"learner_step_s/{kind}"] = time_learner(args, policy.model, dtype, kind, device)
-            print(f"{dtype}: {kind} learner step {row[f'learner_step_s/{kind}'] * 1000:.1f} ms", flush=True)
-        for kind in args.samplers:
-            row[f"sampler_tokens_per_s/{kind}"] = time_sampler(args, policy, dtype, kind, device, folder)
-            print(f"{dtype}: {kind} sampler {row[f'sampler_tokens_per_s/{kind}']:,.0f} tok/s", flush=True)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    rounds = []
+    for r in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {r + 1}/{args.rounds}", flush=True)
+        rounds.append(sweep(args, policy, list(args.dtypes)[:: -1 if r % 2 else 1], device, folder))
+    rows = {d: {k: median(median(one[d][k]) for one in rounds) for k in rounds[0][d]} for d in args.dtypes}
     result = {
         "settings": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
                      "device": str(device), "torch": torch.__version__,
                      "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
         "dtypes": rows,
+        "spread": {d: {k: [min(x for one in rounds for x in one[d][k]), max(x for one in rounds for x in one[d][k])]
+                       for k in rows[d]} for d in rows},
     }
     if "fp16" in rows and "bf16" in rows:
-        result["fp16_over_bf16"] = {k: rows["fp16"][k] / rows["bf16"][k] for k in rows["fp16"]}
+        result["fp16_over_bf16"] = {k: median(median(one["fp16"][k]) / median(one["bf16"][k]) for one in rounds)
+                                    for k in rows["fp16"]}
         print("fp16/bf16: " + "  ".join(f"{k} {v:.3f}x" for k, v in result["fp16_over_bf16"].items()), flush=True)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)

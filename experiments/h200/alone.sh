@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What the paper's-pair comparison needs alone on one H200, one after the other (about 8 minutes):
+# What the paper's-pair comparison needs alone on one H200, one after the other (about 13 minutes):
 #
 #   speed      benchmarks/step_time.py: built-in vs vLLM sampler tokens/s, built-in vs DeepSpeed
-#              learner step time, fp16 and bf16 (the command of docs/results.md §3)
+#              learner step time, fp16 and bf16 (the command of docs/results.md §3), three rounds in
+#              alternating dtype order (about 6 minutes): two single runs differed by up to a quarter
 #   seeds      benchmarks/step_time.py: vLLM's tokens/s at 512 prompts × 512 tokens with a seed per sequence
 #              and with one seed for the batch (--no-vllm-row-seeds)
 #   lab-pair   the mismatch lab on vLLM × DeepSpeed, on the counting task's own prompts (long answers)
@@ -12,12 +13,12 @@
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/alone.sh
 #   RUNS=<results folder> bash experiments/h200/report.sh     (progress, and the results tar)
-# Each part gets at most $PART_LIMIT seconds (default 300); its output lands in $RUNS/NAME.log and $RUNS/NAME/.
+# Each part gets at most $PART_LIMIT seconds (default 420); its output lands in $RUNS/NAME.log and $RUNS/NAME/.
 # PARTS names the parts to run (default all five, in the order above), e.g. PARTS="speed lab-pair preflight".
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
-PART_LIMIT=${PART_LIMIT:-300}
+PART_LIMIT=${PART_LIMIT:-420}
 PARTS=${PARTS:-"speed seeds lab-pair lab-head preflight"}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
@@ -35,7 +36,8 @@ part() {  # NAME, then the command
 lab=(python3 -m precision_oat.mismatch --model "$HF" --task counting --num-samples 4 --max-new-tokens 768
      --device cuda --no-plots)
 part speed python3 benchmarks/step_time.py --model "$HF" --dtypes fp16 bf16 --learners builtin deepspeed \
-  --samplers builtin vllm --batch 128 --prompt-len 64 --response-len 256 --device cuda --output "$RUNS/speed/step_time.json"
+  --samplers builtin vllm --batch 128 --prompt-len 64 --response-len 256 --rounds 3 --device cuda \
+  --output "$RUNS/speed/step_time.json"
 part seeds python3 benchmarks/step_time.py --model "$HF" --dtypes fp16 --learners --samplers vllm vllm-batch-seeded \
   --batch 512 --prompt-len 64 --response-len 512 --device cuda --output "$RUNS/seeds/step_time.json"
 part lab-pair "${lab[@]}" --num-prompts 64 --sampler vllm --trainer deepspeed --micro-batch-size 16 \
