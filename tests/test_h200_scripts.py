@@ -21,7 +21,8 @@ import tyro
 from tests.conftest import REPO, load_script
 
 RECORDER = """#!{python}
-import json, os, sys, tempfile
+import json, os, sys, tempfile, time
+time.sleep(float(os.environ.get("SECONDS_EACH", "0")))
 fd, _ = tempfile.mkstemp(dir=os.environ["CALLS"], suffix=".json")
 os.write(fd, json.dumps(sys.argv[1:]).encode())
 os.close(fd)
@@ -131,6 +132,18 @@ def test_the_vllm_engines_that_share_a_process_in_alone_never_sleep(tmp_path):
         engines += len(settings) * len(args.dtypes)
         assert not any(s.vllm_sleep for s in settings), argv
     assert engines == 2 + 2 + 3
+
+
+def test_arms_runs_then_once_every_arm_has_ended(tmp_path):
+    (tmp_path / "smolhf").mkdir()
+    runs = tmp_path / "runs"
+    # Each stand-in arm runs 2 s and records its command line as it ends; THEN counts the records it finds.
+    recorded_calls("experiments/h200/arms.sh", 2, tmp_path, ARMS="a pg fp16 0;b pg bf16 0", SECONDS_EACH="2",
+                   THEN='ls "$CALLS" | wc -l > "$RUNS/then-saw"')
+    deadline = time.time() + 20
+    while not (runs / "then-saw").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert (runs / "then-saw").read_text().strip() == "2"
 
 
 def test_the_arms_header_gives_both_stress_pairs():

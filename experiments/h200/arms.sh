@@ -7,6 +7,8 @@
 #
 #   ARMS   "NAME ALGO DTYPE SEED" entries separated by ";" (default: round 5's five arms)
 #   STEPS  steps per arm (default 200); EXTRA: flags added to every arm, after (so over) the ones below
+#   THEN   a command to run once every arm has ended, in the background beside them (its output in
+#          $RUNS/then.log), e.g. THEN='PARTS="speed lab-pair" bash experiments/h200/alone.sh'
 #
 # Three arms side by side took 4.3–4.8 s a step (200 steps in 15–16 minutes, benchmarks/results/h200_round6);
 # five take ~10 s. A GPU window leaves ~25 minutes after the set-up: three arms of 200 steps, or two of ~300.
@@ -45,9 +47,16 @@ start() {  # NAME ALGO DTYPE SEED
 }
 
 IFS=';' read -ra arms <<< "$ARMS"
+pids=()
 for arm in "${arms[@]}"; do
   # shellcheck disable=SC2086
   start $arm
+  pids+=($!)
   # One engine starts at a time: its start-up compiles the model and captures CUDA graphs.
   sleep 30
 done
+if [ -n "${THEN:-}" ]; then
+  # shellcheck disable=SC2016
+  setsid nohup bash -c 'for pid in "${@:2}"; do while kill -0 "$pid" 2> /dev/null; do sleep 5; done; done; eval "$1"' \
+    _ "$THEN" "${pids[@]}" > "$RUNS/then.log" 2>&1 < /dev/null &
+fi
