@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+import statistics
 
 import pytest
 
@@ -373,3 +374,18 @@ def test_the_second_runs_loops_quoted_in_results_are_those_of_their_metrics():
     for loop, cells in quoted.items():
         for page_column, column in ((2, 4), (3, 6), (4, 7)):
             assert _figure(cells[page_column]) == pytest.approx(_figure(rows[loop][column]), rel=0.01), (loop, column)
+
+
+def test_the_claims_tables_steps_to_threshold_are_those_of_every_run():
+    report = load_script("experiments/h200/arms_report.py")
+    firsts: dict[str, list[int]] = {"fp16": [], "bf16": []}
+    for folder in ("h200_round5", "h200_round5/reference", "h200_round6", "h200_round7"):
+        for name, rows in report.load_arms([RESULTS / folder]).items():
+            algo, dtype = report.NAME.match(name).group("algo", "dtype")
+            if algo in ("pg", "grpo") and dtype in firsts:
+                firsts[dtype].append(report.arm_stats(rows)["first_step"])
+    [row] = [line for line in _section("### The paper's claims").splitlines() if line.startswith("| fp16 trains faster")]
+    quoted = re.search(r"six fp16 runs (\d+)–(\d+) \(median (\d+)\), six bf16 runs (\d+)–(\d+) \(median (\d+)\)", row)
+    computed = [(min(v), max(v), statistics.median(v)) for v in (firsts["fp16"], firsts["bf16"])]
+    assert [len(firsts["fp16"]), len(firsts["bf16"])] == [6, 6]
+    assert [int(x) for x in quoted.groups()] == [round(x) for triple in computed for x in triple]
