@@ -27,8 +27,8 @@ import copy
 import json
 import time
 from dataclasses import asdict, dataclass
-from statistics import median
 from pathlib import Path
+from statistics import median
 from typing import Literal, Optional
 
 import torch
@@ -164,13 +164,16 @@ def main(args: BenchArgs) -> dict:
             print(f"round {r + 1}/{args.rounds}", flush=True)
         rounds.append(sweep(args, policy, list(args.dtypes)[:: -1 if r % 2 else 1], device, folder))
     rows = {d: {k: median(median(one[d][k]) for one in rounds) for k in rounds[0][d]} for d in args.dtypes}
+
+    def every_value(dtype: str, key: str) -> list[float]:
+        return [x for one in rounds for x in one[dtype][key]]
+
     result = {
         "settings": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
                      "device": str(device), "torch": torch.__version__,
                      "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
         "dtypes": rows,
-        "spread": {d: {k: [min(x for one in rounds for x in one[d][k]), max(x for one in rounds for x in one[d][k])]
-                       for k in rows[d]} for d in rows},
+        "spread": {d: {k: [min(every_value(d, k)), max(every_value(d, k))] for k in rows[d]} for d in rows},
     }
     if "fp16" in rows and "bf16" in rows:
         result["fp16_over_bf16"] = {k: median(median(one["fp16"][k]) / median(one["bf16"][k]) for one in rounds)

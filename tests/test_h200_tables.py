@@ -347,20 +347,20 @@ def test_the_round7_lab_quoted_in_results_is_that_of_its_file():
 def test_the_round7_speed_table_quoted_in_results_is_that_of_its_two_runs():
     folder = RESULTS / "h200_round7"
     second = json.loads((folder / "speed" / "step_time.json").read_text())["dtypes"]
-    first = {}  # the first run's figures, as its log printed them (it stopped before writing its JSON)
-    for dtype, kind, role, value in re.findall(r"^(fp16|bf16): (\w+) (learner step|sampler) ([\d,.]+)",
-                                               (folder / "speed-first.log").read_text(), re.M):
-        key = f"learner_step_s/{kind}" if role == "learner step" else f"sampler_tokens_per_s/{kind}"
-        first.setdefault(dtype, {})[key] = float(value.replace(",", "")) / (1000 if role == "learner step" else 1)
+    # The first run's figures as its log printed them, in the page's units (it stopped before writing its JSON).
+    first = {(dtype, f"learner_step_s/{kind}" if role == "learner step" else f"sampler_tokens_per_s/{kind}"):
+             float(value.replace(",", ""))
+             for dtype, kind, role, value in re.findall(r"^(fp16|bf16): (\w+) (learner step|sampler) ([\d,.]+)",
+                                                        (folder / "speed-first.log").read_text(), re.M)}
     rows = _round7_table("The speed table")
     keys = ("learner_step_s/builtin", "learner_step_s/deepspeed", "sampler_tokens_per_s/builtin",
             "sampler_tokens_per_s/vllm")
     for dtype in ("fp16", "bf16"):
         for key, cell in zip(keys, rows[dtype][2:6]):
             runs = [None if x.strip() == "–" else _figure(x) for x in cell.split(" / ")]
-            expected = [first[dtype].get(key), second[dtype][key]]
-            scale = 1000 if key.startswith("learner") else 1
-            assert runs == [None if e is None else pytest.approx(e * scale, rel=0.001) for e in expected], (dtype, key)
+            shown_unit = 1000 if key.startswith("learner") else 1  # seconds in the JSON, ms on the page
+            expected = [first.get((dtype, key)), second[dtype][key] * shown_unit]
+            assert runs == [None if e is None else pytest.approx(e, rel=0.001) for e in expected], (dtype, key)
 
 
 def test_the_second_runs_loops_quoted_in_results_are_those_of_their_metrics():
