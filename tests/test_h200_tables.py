@@ -325,6 +325,25 @@ def test_the_200_step_arms_quoted_in_results_are_those_of_their_metrics(heading,
         _held_out(held_out, stats)
 
 
+def test_the_round8_arms_quoted_in_results_and_its_readme_are_those_of_their_metrics():
+    report = load_script("experiments/h200/arms_report.py")
+    folder = RESULTS / "h200_round8"
+    arms = report.load_arms([folder])
+    assert "\n".join(report.table(arms)) in (folder / "README.md").read_text()
+    rows = _table_rows(_section("### Round 8:"), start="| IS-PG ")
+    assert len(rows) == len(arms) == 2
+    for arm, cells in rows.items():
+        _, dtype, rest = arm.split()
+        s = report.arm_stats(arms[f"pg-{dtype}-{rest}"])
+        steps, best, windows, weights, logp, k3, seq_kl, held_out, _ = (c.strip() for c in cells[2:11])
+        assert (int(steps), best) == (s["steps"], f"{s['best'][0]:.2f} ({s['best'][1]})"), arm
+        assert windows == " / ".join(report._fmt(s["windows"][w], ".2f") for w in (41, 61, 91)), arm
+        assert weights == "{:.2f}–{:.2f}".format(*s["weights"]), arm
+        assert [float(logp), float(k3), float(seq_kl)] == pytest.approx(
+            [s["abs_logp_diff"], s["k3"], s["seq_kl"]], rel=0.06), arm
+        assert held_out == " / ".join(report._fmt(s["held_out"].get(e), ".2f") for e in (50, 100)), arm
+
+
 def _round7_table(bullet: str) -> dict[str, list[str]]:
     """The rows of the table nested under Round 7's bullet that starts with ``bullet``."""
     text = _section("### Round 7:").split(f"- **{bullet}", 1)[1].split("\n- **", 1)[0]

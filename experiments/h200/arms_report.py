@@ -11,10 +11,14 @@ Prints a markdown row per arm of the folders (arms with fewer than 10 training s
     reward        mean training reward over steps s … s+9 at s = 1, 21, 41, 61, 91, 141, 191, … ("–":
                   not all ten steps ran)
     first step    the first s whose 10-step mean is ≥ --threshold
+    best          the highest 10-step mean and the s it starts at (how far an arm got that never reached it)
     mismatch      ``mismatch/abs_logp_diff_mean``, ``mismatch/k3``, ``mismatch/seq_kl``: means over all
                   steps, and the token |Δlogp| mean over the first and the last 20 steps
     held-out      ``eval/counting/avg@k`` at every evaluation step of any arm
     skipped       ``train/skipped_steps`` at the end / the range of ``train/loss_scale`` (1 for bf16, fp32)
+
+``arm_stats`` also gives ``weights``: the range of the per-step mean sequence weight π/μ
+(``loss/is_weight_mean``, IS-PG), None where it was not logged.
 
 With ``--figures PREFIX``: PREFIX_reward.png (training reward, mean of the last 10 steps) and
 PREFIX_mismatch.png (token |Δlogp| and sequence KL per step, 10-step means, log scale); colour by
@@ -65,11 +69,14 @@ def arm_stats(rows: list[dict], threshold: float = 0.9) -> dict:
         return mean(values) if values else None
 
     scales = [r["train/loss_scale"] for r in train if "train/loss_scale" in r] or [1.0]
+    weights = [r["loss/is_weight_mean"] for r in train if "loss/is_weight_mean" in r]
+    best = max(range(1, steps - 8), key=lambda s: window(s) or 0)
     return {
         "steps": steps,
         "s_per_step": (train[-1]["time/elapsed_s"] - train[0]["time/elapsed_s"]) / (len(train) - 1),
         "windows": {s: window(s) for s in WINDOW_STARTS},
         "first_step": next((s for s in range(1, steps - 8) if (window(s) or 0) >= threshold), None),
+        "best": (window(best), best),
         "abs_logp_diff": avg("mismatch/abs_logp_diff_mean"),
         "k3": avg("mismatch/k3"),
         "seq_kl": avg("mismatch/seq_kl"),
@@ -78,6 +85,7 @@ def arm_stats(rows: list[dict], threshold: float = 0.9) -> dict:
         "held_out": {r["step"]: v for r in rows for k, v in r.items() if k.startswith("eval/counting/avg@")},
         "skipped": max(r.get("train/skipped_steps", 0) for r in train),
         "loss_scale": (min(scales), max(scales)),
+        "weights": (min(weights), max(weights)) if weights else None,
     }
 
 
@@ -91,15 +99,15 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
     starts = [s for s in WINDOW_STARTS if s + 9 <= max(longest, 200)]
     evals = sorted({step for s in stats.values() for step in s["held_out"]})
     lines = [f"| arm | steps | s/step | reward, 10-step means at steps {' / '.join(map(str, starts))} | "
-             f"first step where the 10-step mean ≥ {threshold:g} | token mean \\|Δlogp\\| | k3 | seq KL | "
+             f"first step where the 10-step mean ≥ {threshold:g} | best 10-step mean (from step) | token mean \\|Δlogp\\| | k3 | seq KL | "
              f"token \\|Δlogp\\|, first / last 20 steps | held-out at steps {' / '.join(map(str, evals))} | "
              "skipped fp16 steps / loss scale |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in stats.items():
         low, high = s["loss_scale"]
         lines.append(
             f"| {name} | {s['steps']} | {s['s_per_step']:.1f} | {' '.join(_fmt(s['windows'][w], '.2f') for w in starts)} | "
-            f"{_fmt(s['first_step'], 'd')} | {_fmt(s['abs_logp_diff'], '.1e')} | {_fmt(s['k3'], '.1e')} | "
+            f"{_fmt(s['first_step'], 'd')} | {_fmt(s['best'][0], '.2f')} ({s['best'][1]}) | {_fmt(s['abs_logp_diff'], '.1e')} | {_fmt(s['k3'], '.1e')} | "
             f"{_fmt(s['seq_kl'], '.1e')} | {_fmt(s['abs_logp_diff_first_20'], '.1e')} / "
             f"{_fmt(s['abs_logp_diff_last_20'], '.1e')} | {' '.join(_fmt(s['held_out'].get(e), '.2f') for e in evals)} | "
             f"{s['skipped']:.0f} / {low:g}{'' if low == high else f'–{high:g}'} |")
