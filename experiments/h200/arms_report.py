@@ -99,7 +99,8 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
     starts = [s for s in WINDOW_STARTS if s + 9 <= max(longest, 200)]
     evals = sorted({step for s in stats.values() for step in s["held_out"]})
     lines = [f"| arm | steps | s/step | reward, 10-step means at steps {' / '.join(map(str, starts))} | "
-             f"first step where the 10-step mean ≥ {threshold:g} | best 10-step mean (from step) | token mean \\|Δlogp\\| | k3 | seq KL | "
+             f"first step where the 10-step mean ≥ {threshold:g} | best 10-step mean (from step) | "
+             "token mean \\|Δlogp\\| | k3 | seq KL | "
              f"token \\|Δlogp\\|, first / last 20 steps | held-out at steps {' / '.join(map(str, evals))} | "
              "skipped fp16 steps / loss scale |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -107,7 +108,8 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
         low, high = s["loss_scale"]
         lines.append(
             f"| {name} | {s['steps']} | {s['s_per_step']:.1f} | {' '.join(_fmt(s['windows'][w], '.2f') for w in starts)} | "
-            f"{_fmt(s['first_step'], 'd')} | {_fmt(s['best'][0], '.2f')} ({s['best'][1]}) | {_fmt(s['abs_logp_diff'], '.1e')} | {_fmt(s['k3'], '.1e')} | "
+            f"{_fmt(s['first_step'], 'd')} | {_fmt(s['best'][0], '.2f')} ({s['best'][1]}) | "
+            f"{_fmt(s['abs_logp_diff'], '.1e')} | {_fmt(s['k3'], '.1e')} | "
             f"{_fmt(s['seq_kl'], '.1e')} | {_fmt(s['abs_logp_diff_first_20'], '.1e')} / "
             f"{_fmt(s['abs_logp_diff_last_20'], '.1e')} | {' '.join(_fmt(s['held_out'].get(e), '.2f') for e in evals)} | "
             f"{s['skipped']:.0f} / {low:g}{'' if low == high else f'–{high:g}'} |")
