@@ -170,9 +170,10 @@ def test_every_flag_the_pages_name_exists():
 
 
 def test_every_eval_key_the_pages_name_is_logged():
-    from precision_oat.tasks.evaluation import summarize
+    from precision_oat.tasks.evaluation import Sample, summarize
 
-    logged = summarize({"addition": [[(True, 3), (False, 5)]], "counting": [[(True, 2), (True, 4)]]})
+    logged = summarize({"addition": [[Sample(True, 3, False, 1.0), Sample(False, 5, True, 0.0)]],
+                        "counting": [[Sample(True, 2, False, 1.0), Sample(True, 4, False, 1.0)]]})
     placeholders = {"<benchmark>": "[^/]+", "<n>": r"\d+", "<k>": r"\d+", "<metric>": ".+"}
     for page, text in PAGES.items():
         if page == "results.md":  # quotes finished runs by their own benchmarks

@@ -2,7 +2,7 @@
 
 import pytest
 
-from precision_oat.tasks.evaluation import default_ks, pass_at_k, summarize
+from precision_oat.tasks.evaluation import Sample, default_ks, pass_at_k, summarize
 
 
 @pytest.mark.parametrize(
@@ -33,12 +33,17 @@ def test_default_ks():
     assert default_ks(6) == [1, 2, 4, 6]
 
 
+def _samples(*pairs) -> list[Sample]:
+    """Untruncated samples whose reward is their exactness, from (correct, length) pairs."""
+    return [Sample(ok, length, False, float(ok)) for ok, length in pairs]
+
+
 def test_summarize_hand_example():
     results = {
         # Two questions, 2 samples each: c = 1 and c = 2.
-        "aime": [[(True, 10), (False, 30)], [(True, 20), (True, 40)]],
+        "aime": [_samples((True, 10), (False, 30)), _samples((True, 20), (True, 40))],
         # One question, 2 samples: c = 0.
-        "math": [[(False, 5), (False, 15)]],
+        "math": [_samples((False, 5), (False, 15))],
     }
     metrics = summarize(results)
     assert metrics["eval/aime/avg@2"] == pytest.approx(0.75)  # (1/2 + 2/2) / 2
@@ -52,8 +57,19 @@ def test_summarize_hand_example():
     assert metrics["eval/average/response_length"] == pytest.approx(17.5)
 
 
+def test_summarize_reports_the_truncated_share_and_the_mean_reward():
+    # A dense reward: partial answers score between 0 and 1; the cut ones get the task's truncated reward.
+    question = [Sample(False, 8, True, 0.0), Sample(False, 5, False, 0.5), Sample(True, 4, False, 1.0),
+                Sample(False, 8, True, 0.0)]
+    metrics = summarize({"counting": [question, [Sample(False, 6, False, 0.25)] * 4]})
+    assert metrics["eval/counting/truncated_frac"] == pytest.approx(2 / 8)
+    assert metrics["eval/counting/reward"] == pytest.approx(2.5 / 8)
+    assert metrics["eval/counting/avg@4"] == pytest.approx(1 / 8)
+    assert metrics["eval/average/reward"] == metrics["eval/counting/reward"]
+
+
 def test_summarize_averages_only_shared_keys():
-    metrics = summarize({"a": [[(True, 1)]], "b": [[(True, 1), (False, 3)]]}, ks=[1, 2])
+    metrics = summarize({"a": [_samples((True, 1))], "b": [_samples((True, 1), (False, 3))]}, ks=[1, 2])
     assert "eval/b/pass@2" in metrics and "eval/a/pass@2" not in metrics
     assert metrics["eval/average/pass@1"] == pytest.approx(0.75)
     assert "eval/average/pass@2" not in metrics and "eval/average/avg@1" not in metrics
@@ -61,4 +77,4 @@ def test_summarize_averages_only_shared_keys():
 
 def test_summarize_rejects_ragged_samples():
     with pytest.raises(ValueError, match="same number"):
-        summarize({"a": [[(True, 1)], [(True, 1), (False, 1)]]})
+        summarize({"a": [_samples((True, 1)), _samples((True, 1), (False, 1))]})

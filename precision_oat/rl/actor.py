@@ -17,7 +17,7 @@ from precision_oat.errors import UserError
 from precision_oat.rl.rollout import Rollout, collate
 from precision_oat.samplers.sampler import Completion, Sampler, SamplingParams, stop_token_ids
 from precision_oat.seeds import EVALUATION, ROLLOUT, derive_seed
-from precision_oat.tasks.evaluation import summarize
+from precision_oat.tasks.evaluation import Sample, summarize
 from precision_oat.tasks.task import Example, Task
 
 
@@ -86,15 +86,23 @@ class PrecisionActor:
             derive_seed(self.seed, EVALUATION, step),
         )
 
+    def graded_samples(self, examples: Sequence[Example], params: SamplingParams) -> tuple[list[str], list[Sample]]:
+        """``params.n`` samples of each example, in example order: their texts, and each graded for evaluation."""
+        completions, texts = self.sample(examples, params)
+        repeated = [e for e in examples for _ in range(params.n)]
+        truncated = [not c.finished for c in completions]
+        rewards = self.task.score(texts, repeated, truncated)
+        correct = self.task.correctness(texts, repeated)
+        return texts, [Sample(ok, len(c.response_ids), cut, reward)
+                       for ok, c, cut, reward in zip(correct, completions, truncated, rewards)]
+
     def evaluate(self, evaluation: EvalArgs, step: int) -> dict[str, float]:
-        """``eval/<benchmark>/avg@n``, ``pass@k``, ``response_length`` on every benchmark of the task."""
+        """The ``eval/<benchmark>/…`` metrics (:func:`summarize`) on every benchmark of the task."""
         params = self.eval_params(evaluation, step)
         results = {}
         for name, examples in self.task.eval_sets().items():
             first, mine = self.world.share(examples)
-            completions, texts = self.sample(mine, dataclasses.replace(params, first_prompt=first))
-            correct = self.task.correctness(texts, [ex for ex in mine for _ in range(params.n)])
-            samples = [(ok, len(c.response_ids)) for ok, c in zip(correct, completions)]
+            _, samples = self.graded_samples(mine, dataclasses.replace(params, first_prompt=first))
             samples = [x for part in self.world.gather(samples) for x in part]
             results[name] = [samples[i : i + params.n] for i in range(0, len(samples), params.n)]
         return summarize(results) if results else {}

@@ -1,13 +1,16 @@
-"""Evaluation metrics from per-sample correctness and response lengths.
+"""Evaluation metrics from graded samples.
 
 Engine-agnostic: whatever sampled n responses per question hands over, per benchmark, one
-list per question of ``(correct, length)`` pairs. With c correct out of n for a question:
+list per question of :class:`Sample`. With c correct out of n for a question:
 
 - ``avg@n`` = mean over questions of c/n (the expected accuracy of one sample);
 - ``pass@k`` = mean over questions of 1 − C(n−c, k)/C(n, k), the unbiased estimator of the
   chance that at least one of k samples is correct (Chen et al. 2021, "Evaluating Large
   Language Models Trained on Code");
-- ``response_length`` = mean length over all samples.
+- ``response_length`` = mean length over all samples;
+- ``truncated_frac`` = the share of samples cut at the length limit;
+- ``reward`` = the task's mean reward over all samples, graded as in training (a dense reward
+  moves before exact answers do; a truncated sample gets the task's ``truncated_reward``).
 
 ``eval/average/...`` is the unweighted mean over benchmarks (each benchmark counts once,
 whatever its size).
@@ -15,9 +18,16 @@ whatever its size).
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence
 
-Sample = tuple[bool, int]
+
+class Sample(NamedTuple):
+    """One evaluation sample: right or not, its length in tokens, cut at the limit or not, and its reward."""
+
+    correct: bool
+    length: int
+    truncated: bool
+    reward: float
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -45,7 +55,8 @@ def default_ks(n: int) -> list[int]:
 def summarize(
     results: Mapping[str, Sequence[Sequence[Sample]]], ks: Optional[Sequence[int]] = None
 ) -> dict[str, float]:
-    """Metrics keyed ``eval/<benchmark>/avg@<n>``, ``…/pass@<k>``, ``…/response_length`` and ``eval/average/…``.
+    """Metrics keyed ``eval/<benchmark>/avg@<n>``, ``…/pass@<k>``, ``…/response_length``, ``…/truncated_frac``,
+    ``…/reward`` and ``eval/average/…``.
 
     Every question of a benchmark must have the same number n of samples; ks larger than n
     are skipped for that benchmark. Averages cover the keys every benchmark has.
@@ -61,13 +72,15 @@ def summarize(
                 f"benchmark {name!r}: every question needs the same number (≥1) of samples, got {sorted(sizes)}"
             )
         n = sizes.pop()
-        counts = [sum(bool(ok) for ok, _ in samples) for samples in questions]
-        lengths = [length for samples in questions for _, length in samples]
+        counts = [sum(bool(sample.correct) for sample in samples) for samples in questions]
+        every = [sample for samples in questions for sample in samples]
         own = {f"avg@{n}": sum(counts) / (n * len(counts))}
         for k in ks if ks is not None else default_ks(n):
             if k <= n:
                 own[f"pass@{k}"] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
-        own["response_length"] = sum(lengths) / len(lengths)
+        own["response_length"] = sum(sample.length for sample in every) / len(every)
+        own["truncated_frac"] = sum(bool(sample.truncated) for sample in every) / len(every)
+        own["reward"] = sum(sample.reward for sample in every) / len(every)
         per_benchmark.append(own)
         metrics.update({f"eval/{name}/{key}": value for key, value in own.items()})
     if per_benchmark:

@@ -58,7 +58,18 @@ def test_steps_zero_is_a_standalone_evaluation(tmp_path, embedded_policy_dir):
     # The warmed-up policy adds correctly part of the time: avg@4 strictly between 0 and 1.
     assert 0.0 < summary["eval/addition/avg@4"] < 1.0
     assert summary["eval/addition/pass@4"] >= summary["eval/addition/avg@4"]
+    # Addition's reward is its exactness, and every answer stopped before the limit.
+    assert summary["eval/addition/reward"] == summary["eval/addition/avg@4"]
+    assert summary["eval/addition/truncated_frac"] == 0.0
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_an_evaluation_cut_at_its_limit_reports_its_answers_truncated(tmp_path, embedded_policy_dir):
+    summary = train(make_args(model=str(embedded_policy_dir), steps=0, eval_samples=4, eval_max_new_tokens=1,
+                              output_dir=str(tmp_path)))
+    assert summary["eval/addition/response_length"] == 1.0
+    # Only an answer whose first token is the stop token is whole.
+    assert 0.99 < summary["eval/addition/truncated_frac"] <= 1.0
 
 
 def test_offline_wandb_writes_a_local_run(tmp_path, embedded_policy_dir):

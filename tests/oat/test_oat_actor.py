@@ -67,14 +67,16 @@ def test_evaluation_samples_what_the_local_engine_samples_after_as_many_steps(oa
     actor.rollout(*questions_and_references(task.train_set()[:2], task))
     benchmark = next(iter(task.eval_sets().values()))[:4]
     params = local.eval_params(args.source.eval, 1)
-    _, expected = local.sample(benchmark, params)
+    expected = local.graded_samples(benchmark, params)
 
     actor.eval_mode = True
-    texts = []
+    texts, samples = [], []
     for first in (0, 2):  # two evaluation batches of two prompts, as the learner sends them
         questions, references = questions_and_references(benchmark[first : first + 2], task)
-        responses, _ = actor.generate_and_maybe_eval(questions, None, references, first_prompt=first)
+        responses, graded = actor.generate_and_maybe_eval(questions, None, references, first_prompt=first)
+        assert [len(group) for group in graded] == [params.n] * 2
         texts += [text for group in responses for text in group]
-    assert texts == expected
+        samples += [sample for group in graded for sample in group]
+    assert (texts, samples) == expected
     # Two evaluations after different numbers of steps draw different streams.
     assert params.seed != local.eval_params(args.source.eval, 0).seed

@@ -87,6 +87,9 @@ def test_two_steps_in_bf16_with_evaluation(tmp_path):
     evals = [r for r in all_rows if "eval/addition/avg@1" in r]
     assert [r["step"] for r in evals] == [0, 2]
     assert all(0.0 <= r["eval/addition/avg@1"] <= 1.0 and r["eval/addition/response_length"] > 0 for r in evals)
+    # Addition's reward is its exactness.
+    assert all(r["eval/addition/reward"] == r["eval/addition/avg@1"] and 0.0 <= r["eval/addition/truncated_frac"] <= 1.0
+               for r in evals)
     for row in rows:
         for key in ["reward/mean", "loss/policy", "train/grad_norm", *MISMATCH]:
             assert math.isfinite(row[key]), key

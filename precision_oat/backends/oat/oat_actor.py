@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
-import numpy as np
 import torch
 from oat.algorithms.ppo import PPOActor
 from oat.types import TransitionData
@@ -116,7 +115,9 @@ class OatActor(PPOActor):
         return self.ipc_client.serialize_ipc(self.rollout(prompts, references))
 
     def generate_and_maybe_eval(self, prompts, formatted_prompts, references=None, first_prompt=0):
-        """Evaluation samples and their correctness, shaped [prompts, n] as Oat expects.
+        """Evaluation samples shaped [prompts, n]: their texts and their graded
+        :class:`~precision_oat.tasks.evaluation.Sample` records, which ``OatLearner.evaluate`` summarizes
+        (Oat's own evaluation, which read correctness here, is not used).
 
         ``first_prompt`` is where these prompts start in their benchmark; the sampling is the
         local backend's evaluation after the steps sampled so far.
@@ -126,11 +127,9 @@ class OatActor(PPOActor):
         n = self.args.eval_n
         examples = [Example(q, decode_reference(r)) for q, r in zip(prompts, references)]
         params = self.shared.eval_params(self.args.source.eval, self.steps)
-        params = dataclasses.replace(params, first_prompt=first_prompt)
-        _, texts = self.shared.sample(examples, params)
-        correct = self.task.correctness(texts, [e for e in examples for _ in range(n)])
-        responses = [texts[i * n : (i + 1) * n] for i in range(len(examples))]
-        return responses, np.array(correct, dtype=np.float64).reshape(len(examples), n)
+        texts, samples = self.shared.graded_samples(examples, dataclasses.replace(params, first_prompt=first_prompt))
+        groups = range(0, len(texts), n)
+        return [texts[i : i + n] for i in groups], [samples[i : i + n] for i in groups]
 
     # --- weight sync (built-in sampler; vLLM goes through Oat's worker) ---
 

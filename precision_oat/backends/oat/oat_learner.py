@@ -11,8 +11,8 @@ is the mixins placed before it (``compose(spec, OatLearner)`` builds that class 
     learning_step                   Oat's trajectory as a :class:`Rollout`, then ``RLStep.update``
                                     (π_old, mismatch, advantages, mini/micro-batches, statistics)
     learn                           metric names: the shared keys at top level, as the local backend
-    evaluate                        every benchmark of the task, as ``eval/<benchmark>/avg@n``,
-                                    ``pass@k`` and ``response_length`` (the local backend's keys)
+    evaluate                        every benchmark of the task, under the local backend's
+                                    ``eval/<benchmark>/…`` keys (precision_oat.tasks.evaluation)
 
 What is Oat's own here: the forward through Oat's model's body (its position ids), and the backward and the
 optimiser step through Oat's DeepSpeed strategy. The gradient norm, the loss-scale report and
@@ -174,11 +174,9 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
                 for i, (processed, prompts, references) in enumerate(loader):
                     actor = self.actors[i % len(self.actors)]
                     first = i * self.args.eval_batch_size  # the batch's place in the benchmark: its rows' streams
-                    responses, correct = actor.futures.generate_and_maybe_eval(prompts, processed, references,
-                                                                               first_prompt=first).result()
-                    for texts, oks in zip(responses, correct):
-                        lengths = [len(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
-                        questions.append(list(zip(map(bool, oks), lengths)))
+                    _, samples = actor.futures.generate_and_maybe_eval(prompts, processed, references,
+                                                                       first_prompt=first).result()
+                    questions += samples
                 results[name] = questions
         dist.barrier()
         metrics = [summarize(results) if results else {}]
