@@ -14,7 +14,8 @@ Prints a markdown row per arm of the folders (arms with fewer than 10 training s
     best          the highest 10-step mean and the s it starts at (how far an arm got that never reached it)
     mismatch      ``mismatch/abs_logp_diff_mean``, ``mismatch/k3``, ``mismatch/seq_kl``: means over all
                   steps, and the token |Δlogp| mean over the first and the last 20 steps
-    held-out      ``eval/counting/avg@k`` at every evaluation step of any arm
+    held-out      ``eval/counting/avg@k`` at every evaluation step of any arm, and where an arm logged it,
+                  the held-out reward ``eval/counting/reward`` in a column of its own
     skipped       ``train/skipped_steps`` at the end / the range of ``train/loss_scale`` (1 for bf16, fp32)
 
 ``arm_stats`` also gives ``weights``: the range of the per-step mean sequence weight π/μ
@@ -83,6 +84,7 @@ def arm_stats(rows: list[dict], threshold: float = 0.9) -> dict:
         "abs_logp_diff_first_20": avg("mismatch/abs_logp_diff_mean", slice(0, 20)),
         "abs_logp_diff_last_20": avg("mismatch/abs_logp_diff_mean", slice(-20, None)),
         "held_out": {r["step"]: v for r in rows for k, v in r.items() if k.startswith("eval/counting/avg@")},
+        "held_out_reward": {r["step"]: r["eval/counting/reward"] for r in rows if "eval/counting/reward" in r},
         "skipped": max(r.get("train/skipped_steps", 0) for r in train),
         "loss_scale": (min(scales), max(scales)),
         "weights": (min(weights), max(weights)) if weights else None,
@@ -98,21 +100,24 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
     longest = max(s["steps"] for s in stats.values())
     starts = [s for s in WINDOW_STARTS if s + 9 <= max(longest, 200)]
     evals = sorted({step for s in stats.values() for step in s["held_out"]})
+    rewarded = any(s["held_out_reward"] for s in stats.values())
+    steps = " / ".join(map(str, evals))
     lines = [f"| arm | steps | s/step | reward, 10-step means at steps {' / '.join(map(str, starts))} | "
              f"first step where the 10-step mean ≥ {threshold:g} | best 10-step mean (from step) | "
              "token mean \\|Δlogp\\| | k3 | seq KL | "
-             f"token \\|Δlogp\\|, first / last 20 steps | held-out at steps {' / '.join(map(str, evals))} | "
-             "skipped fp16 steps / loss scale |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"token \\|Δlogp\\|, first / last 20 steps | held-out at steps {steps} | "
+             + (f"held-out reward at steps {steps} | " if rewarded else "") + "skipped fp16 steps / loss scale |",
+             "|---" * (13 if rewarded else 12) + "|"]
     for name, s in stats.items():
         low, high = s["loss_scale"]
+        reward = f"{' '.join(_fmt(s['held_out_reward'].get(e), '.2f') for e in evals)} | " if rewarded else ""
         lines.append(
             f"| {name} | {s['steps']} | {s['s_per_step']:.1f} | {' '.join(_fmt(s['windows'][w], '.2f') for w in starts)} | "
             f"{_fmt(s['first_step'], 'd')} | {_fmt(s['best'][0], '.2f')} ({s['best'][1]}) | "
             f"{_fmt(s['abs_logp_diff'], '.1e')} | {_fmt(s['k3'], '.1e')} | "
             f"{_fmt(s['seq_kl'], '.1e')} | {_fmt(s['abs_logp_diff_first_20'], '.1e')} / "
             f"{_fmt(s['abs_logp_diff_last_20'], '.1e')} | {' '.join(_fmt(s['held_out'].get(e), '.2f') for e in evals)} | "
-            f"{s['skipped']:.0f} / {low:g}{'' if low == high else f'–{high:g}'} |")
+            f"{reward}{s['skipped']:.0f} / {low:g}{'' if low == high else f'–{high:g}'} |")
     return lines
 
 
