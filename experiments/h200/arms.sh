@@ -18,9 +18,10 @@
 #     ARMS="pg-fp16-lr5e-5 pg fp16 0;pg-bf16-lr5e-5 pg bf16 0" STEPS=300 EXTRA="--learning-rate 5e-5"
 #   answers of ~1,000–1,200 tokens as well (6 s a step for two arms side by side, so ~200 steps a window;
 #   its prompts show a worked count of the same length, ~1,150–1,300 characters, and its evaluation holds
-#   64 × 4 × ~2,600 tokens, ~14 GiB of KV cache; benchmarks/results/h200_round8):
+#   64 × 4 × ~2,600 tokens, ~14 GiB of KV cache; benchmarks/results/h200_round8, whose held-out answers at
+#   T = 0.6 nearly all ran to the limit, hence T = 1 here, the sampling the policy trains on):
 #     ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" STEPS=200 EXTRA="--count-lengths 250 290 \
-#     --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16"
+#     --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16 --eval-temperature 1"
 #   then HF=… RUNS=… bash experiments/h200/arms.sh
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
