@@ -342,6 +342,15 @@ def test_the_round8_arms_quoted_in_results_and_its_readme_are_those_of_their_met
         assert [float(logp), float(k3), float(seq_kl)] == pytest.approx(
             [s["abs_logp_diff"], s["k3"], s["seq_kl"]], rel=0.06), arm
         assert held_out == " / ".join(report._fmt(s["held_out"].get(e), ".2f") for e in (50, 100)), arm
+    # bf16's length slope: its sign and median as the bullet quotes them.
+    slopes = {dtype: [r["mismatch/seq_logratio_slope"] for r in arms[f"pg-{dtype}-long"] if "reward/mean" in r]
+              for dtype in ("bf16", "fp16")}
+    quoted = re.search(r"fell with response length at (\d+)% of steps \(median slope −([\d.]+)e-3 per token; "
+                       r"fp16's −(\d+)e-7", _section("### Round 8:"))
+    bf16_share = sum(x < 0 for x in slopes["bf16"]) / len(slopes["bf16"])
+    assert int(quoted[1]) == round(100 * bf16_share)
+    assert -float(quoted[2]) * 1e-3 == pytest.approx(statistics.median(slopes["bf16"]), abs=0.05e-3)
+    assert -float(quoted[3]) * 1e-7 == pytest.approx(statistics.median(slopes["fp16"]), abs=0.5e-7)
 
 
 def _round7_table(bullet: str) -> dict[str, list[str]]:
