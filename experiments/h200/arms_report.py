@@ -101,12 +101,12 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
     starts = [s for s in WINDOW_STARTS if s + 9 <= max(longest, 200)]
     evals = sorted({step for s in stats.values() for step in s["held_out"]})
     rewarded = any(s["held_out_reward"] for s in stats.values())
-    steps = " / ".join(map(str, evals))
+    eval_steps = " / ".join(map(str, evals))
     lines = [f"| arm | steps | s/step | reward, 10-step means at steps {' / '.join(map(str, starts))} | "
              f"first step where the 10-step mean ≥ {threshold:g} | best 10-step mean (from step) | "
              "token mean \\|Δlogp\\| | k3 | seq KL | "
-             f"token \\|Δlogp\\|, first / last 20 steps | held-out at steps {steps} | "
-             + (f"held-out reward at steps {steps} | " if rewarded else "") + "skipped fp16 steps / loss scale |",
+             f"token \\|Δlogp\\|, first / last 20 steps | held-out at steps {eval_steps} | "
+             + (f"held-out reward at steps {eval_steps} | " if rewarded else "") + "skipped fp16 steps / loss scale |",
              "|---" * (13 if rewarded else 12) + "|"]
     for name, s in stats.items():
         low, high = s["loss_scale"]
