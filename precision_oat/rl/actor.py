@@ -91,8 +91,7 @@ class PrecisionActor:
         completions, texts = self.sample(examples, params)
         repeated = [e for e in examples for _ in range(params.n)]
         truncated = [not c.finished for c in completions]
-        rewards = self.task.score(texts, repeated, truncated)
-        correct = self.task.correctness(texts, repeated)
+        correct, rewards = self.task.grade(texts, repeated, truncated)
         return texts, [Sample(ok, len(c.response_ids), cut, reward)
                        for ok, c, cut, reward in zip(correct, completions, truncated, rewards)]
 

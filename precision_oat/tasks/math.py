@@ -88,15 +88,20 @@ class MathGrader:
         truncated = list(truncated) if truncated is not None else [False] * len(responses)
         if len(truncated) != len(responses):
             raise ValueError(f"{len(responses)} responses but {len(truncated)} truncation flags")
-        skip = [t and self.truncated_reward is not None for t in truncated]
-        graded = [i for i, s in enumerate(skip) if not s]
-        correct, info = self.judge_batch([responses[i] for i in graded], [references[i] for i in graded])
-        rewards = [float(self.truncated_reward) if s else 0.0 for s in skip]
-        for i, ok in zip(graded, correct):
-            rewards[i] = self.correct_reward if ok else self.incorrect_reward
+        # A response whose reward its truncation fixes is not judged.
+        graded = [i for i, cut in enumerate(truncated) if not (cut and self.truncated_reward is not None)]
+        judged, info = self.judge_batch([responses[i] for i in graded], [references[i] for i in graded])
+        correct = [False] * len(responses)
+        for i, ok in zip(graded, judged):
+            correct[i] = ok
         info["truncated"] = sum(bool(t) for t in truncated)
-        info["correct"] = sum(correct)
-        return rewards, info
+        info["correct"] = sum(judged)
+        return self.rewards(correct, truncated), info
+
+    def rewards(self, correct: Sequence[bool], truncated: Sequence[bool]) -> list[float]:
+        """The reward of each response from whether it is right and whether it was cut at the length limit."""
+        return [float(self.truncated_reward) if cut and self.truncated_reward is not None
+                else self.correct_reward if ok else self.incorrect_reward for ok, cut in zip(correct, truncated)]
 
 
 class MathTask(Task):
@@ -172,3 +177,8 @@ class MathTask(Task):
         """Whether each response is right, ignoring truncation (for evaluation)."""
         correct, _ = self.grader.judge_batch(responses, [e.reference for e in examples])
         return correct
+
+    def grade(self, responses: Sequence[str], examples: Sequence[Example],
+              truncated: Sequence[bool]) -> tuple[list[bool], list[float]]:
+        correct = self.correctness(responses, examples)  # judged once, for both
+        return correct, self.grader.rewards(correct, truncated)

@@ -45,3 +45,8 @@ class Task(abc.ABC):
     def correctness(self, responses: Sequence[str], examples: Sequence[Example]) -> list[bool]:
         """Whether each response is right, whatever its length (for evaluation)."""
         return [r > 0 for r in self.score(responses, examples, [False] * len(responses))]
+
+    def grade(self, responses: Sequence[str], examples: Sequence[Example],
+              truncated: Sequence[bool]) -> tuple[list[bool], list[float]]:
+        """Evaluation's two grades of each response: :meth:`correctness` and the reward :meth:`score` gives."""
+        return self.correctness(responses, examples), self.score(responses, examples, truncated)

@@ -256,3 +256,14 @@ def test_math_task_renders_and_scores():
     rewards = task.score([r1_distill("2"), r1_distill("3"), r1_distill("2")], [example] * 3, [False, False, True])
     assert rewards == [1.0, 0.0, 0.0]
     assert task.last_info["truncated"] == 1
+
+
+def test_math_task_grades_an_evaluation_as_correctness_and_training_reward():
+    task = MathTask(template="r1_distill_qwen", train_limit=1)
+    example = Example(question="√8?", reference="2\\sqrt{2}")
+    responses = [r1_distill("\\sqrt{8}"), r1_distill("3"), r1_distill("2\\sqrt{2}")]
+    truncated = [False, False, True]
+    # The cut answer is right, but its reward is the truncated reward, as in training.
+    assert task.grade(responses, [example] * 3, truncated) == ([True, False, True], [1.0, 0.0, 0.0])
+    assert task.grade(responses, [example] * 3, truncated) == (
+        task.correctness(responses, [example] * 3), task.score(responses, [example] * 3, truncated))
