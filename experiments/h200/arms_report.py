@@ -71,12 +71,13 @@ def arm_stats(rows: list[dict], threshold: float = 0.9) -> dict:
 
     scales = [r["train/loss_scale"] for r in train if "train/loss_scale" in r] or [1.0]
     weights = [r["loss/is_weight_mean"] for r in train if "loss/is_weight_mean" in r]
-    best = max(range(1, steps - 8), key=lambda s: window(s) or 0)
+    starts = range(1, steps - 8)  # every s whose window fits in the run
+    best = max(starts, key=lambda s: window(s) or 0)
     return {
         "steps": steps,
         "s_per_step": (train[-1]["time/elapsed_s"] - train[0]["time/elapsed_s"]) / (len(train) - 1),
         "windows": {s: window(s) for s in WINDOW_STARTS},
-        "first_step": next((s for s in range(1, steps - 8) if (window(s) or 0) >= threshold), None),
+        "first_step": next((s for s in starts if (window(s) or 0) >= threshold), None),
         "best": (window(best), best),
         "abs_logp_diff": avg("mismatch/abs_logp_diff_mean"),
         "k3": avg("mismatch/k3"),

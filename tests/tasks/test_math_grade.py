@@ -264,6 +264,6 @@ def test_math_task_grades_an_evaluation_as_correctness_and_training_reward():
     responses = [r1_distill("\\sqrt{8}"), r1_distill("3"), r1_distill("2\\sqrt{2}")]
     truncated = [False, False, True]
     # The cut answer is right, but its reward is the truncated reward, as in training.
-    assert task.grade(responses, [example] * 3, truncated) == ([True, False, True], [1.0, 0.0, 0.0])
-    assert task.grade(responses, [example] * 3, truncated) == (
-        task.correctness(responses, [example] * 3), task.score(responses, [example] * 3, truncated))
+    graded = task.grade(responses, [example] * 3, truncated)
+    assert graded == ([True, False, True], [1.0, 0.0, 0.0])
+    assert graded == (task.correctness(responses, [example] * 3), task.score(responses, [example] * 3, truncated))
