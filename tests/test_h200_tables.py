@@ -325,12 +325,14 @@ def test_the_200_step_arms_quoted_in_results_are_those_of_their_metrics(heading,
         _held_out(held_out, stats)
 
 
-def test_the_round8_arms_quoted_in_results_and_its_readme_are_those_of_their_metrics():
+@pytest.mark.parametrize("round_, held_out_key, seed", [(8, "held_out", ""), (9, "held_out_reward", "-s1")])
+def test_the_long_arms_quoted_in_results_and_their_readme_are_those_of_their_metrics(round_, held_out_key, seed):
     report = load_script("experiments/h200/arms_report.py")
-    folder = RESULTS / "h200_round8"
+    folder = RESULTS / f"h200_round{round_}"
     arms = report.load_arms([folder])
+    section = _section(f"### Round {round_}:")
     assert "\n".join(report.table(arms)) in (folder / "README.md").read_text()
-    rows = _table_rows(_section("### Round 8:"), start="| IS-PG ")
+    rows = _table_rows(section, start="| IS-PG ")
     assert len(rows) == len(arms) == 2
     for arm, cells in rows.items():
         _, dtype, rest = arm.split()
@@ -341,16 +343,37 @@ def test_the_round8_arms_quoted_in_results_and_its_readme_are_those_of_their_met
         assert weights == "{:.2f}–{:.2f}".format(*s["weights"]), arm
         assert [float(logp), float(k3), float(seq_kl)] == pytest.approx(
             [s["abs_logp_diff"], s["k3"], s["seq_kl"]], rel=0.06), arm
-        assert held_out == " / ".join(report._fmt(s["held_out"].get(e), ".2f") for e in (50, 100)), arm
-    # bf16's length slope: its sign and median as the bullet quotes them.
-    slopes = {dtype: [r["mismatch/seq_logratio_slope"] for r in arms[f"pg-{dtype}-long"] if "reward/mean" in r]
+        assert held_out == " / ".join(report._fmt(s[held_out_key].get(e), ".2f") for e in (50, 100)), arm
+    # The length slopes: bf16's share of falling steps and both medians, as the bullet quotes them.
+    slopes = {dtype: [r["mismatch/seq_logratio_slope"] for r in arms[f"pg-{dtype}-long{seed}"] if "reward/mean" in r]
               for dtype in ("bf16", "fp16")}
-    quoted = re.search(r"fell with response length at (\d+)% of steps \(median slope −([\d.]+)e-3 per token; "
-                       r"fp16's −(\d+)e-7", _section("### Round 8:"))
+    quoted = re.search(r"fell with response length\s+at (\d+)% of steps \(median slope −([\d.]+)e-3 per token; "
+                       r"fp16's −(\d+)e-(\d)", section)
     bf16_share = sum(x < 0 for x in slopes["bf16"]) / len(slopes["bf16"])
     assert int(quoted[1]) == round(100 * bf16_share)
     assert -float(quoted[2]) * 1e-3 == pytest.approx(statistics.median(slopes["bf16"]), abs=0.05e-3)
-    assert -float(quoted[3]) * 1e-7 == pytest.approx(statistics.median(slopes["fp16"]), abs=0.5e-7)
+    fp16_slope = -float(quoted[3]) * 10 ** -int(quoted[4])
+    assert fp16_slope == pytest.approx(statistics.median(slopes["fp16"]), abs=0.5 * 10 ** -int(quoted[4]))
+
+
+def test_round9s_collapse_is_that_of_the_bf16_arms_metrics():
+    """The fall and the mismatch's rise quoted in Round 9's bullets: means of steps 63–72 against 78–107."""
+    report = load_script("experiments/h200/arms_report.py")
+    rows = [r for r in report.load_arms([RESULTS / "h200_round9"])["pg-bf16-long-s1"] if "reward/mean" in r]
+    def mean(key, first, last):
+        return statistics.mean(r[key] for r in rows if first <= r["step"] <= last)
+    section = _section("### Round 9:")
+    assert "fell to 0.003\n  by step 78 and stayed at ≤ 0.004" in section
+    assert round(next(r for r in rows if r["step"] == 78)["reward/mean"], 3) == 0.003
+    assert max(r["reward/mean"] for r in rows if r["step"] >= 78) < 0.0045
+    assert max(r["reward/mean"] for r in rows if r["step"] <= 72) == pytest.approx(0.10, abs=0.005)
+    assert mean("mismatch/abs_logp_diff_mean", 63, 72) == pytest.approx(4e-2, rel=0.1)
+    assert mean("mismatch/abs_logp_diff_mean", 78, 107) == pytest.approx(1e-1, rel=0.1)
+    assert mean("mismatch/k3", 63, 72) == pytest.approx(3.5e-3, rel=0.05)
+    assert mean("mismatch/k3", 78, 107) == pytest.approx(2.8e-2, rel=0.05)
+    assert mean("mismatch/mu/0.9-1/token_frac", 63, 72) == pytest.approx(0.45, abs=0.005)
+    assert mean("mismatch/mu/0.9-1/token_frac", 78, 107) == pytest.approx(0.11, abs=0.005)
+    assert max((r["train/grad_norm"], r["step"]) for r in rows)[1] == 72
 
 
 def _round7_table(bullet: str) -> dict[str, list[str]]:

@@ -16,7 +16,8 @@
 # Pairs built to stress bf16, IS-PG (uncapped sequence weights) fp16 against bf16:
 #   a larger learning rate and more steps, at this length (~4 s a step for two arms, so 300 steps fit a window):
 #     ARMS="pg-fp16-lr5e-5 pg fp16 0;pg-bf16-lr5e-5 pg bf16 0" STEPS=300 EXTRA="--learning-rate 5e-5"
-#   answers of ~1,000–1,200 tokens as well (6 s a step for two arms side by side, so ~200 steps a window;
+#   answers of ~1,000–1,200 tokens as well (5.3–6.1 s a step for two arms side by side, so ~200 steps a window;
+#   seed 0 in benchmarks/results/h200_round8, seed 1 in h200_round9, each to step ~100–110;
 #   its prompts show a worked count of the same length, ~1,150–1,300 characters, and its evaluation holds
 #   64 × 4 × ~2,600 tokens, ~14 GiB of KV cache; benchmarks/results/h200_round8, whose held-out answers at
 #   T = 0.6 nearly all ran to the limit, hence T = 1 here, the sampling the policy trains on):
