@@ -71,14 +71,14 @@ def arm_stats(rows: list[dict], threshold: float = 0.9) -> dict:
 
     scales = [r["train/loss_scale"] for r in train if "train/loss_scale" in r] or [1.0]
     weights = [r["loss/is_weight_mean"] for r in train if "loss/is_weight_mean" in r]
-    starts = range(1, steps - 8)  # every s whose window fits in the run
-    best = max(starts, key=lambda s: window(s) or 0)
+    means = {s: window(s) for s in range(1, steps - 8)}  # every s whose window fits in the run
+    best = max(means, key=lambda s: means[s] or 0)
     return {
         "steps": steps,
         "s_per_step": (train[-1]["time/elapsed_s"] - train[0]["time/elapsed_s"]) / (len(train) - 1),
         "windows": {s: window(s) for s in WINDOW_STARTS},
-        "first_step": next((s for s in starts if (window(s) or 0) >= threshold), None),
-        "best": (window(best), best),
+        "first_step": next((s for s, m in means.items() if (m or 0) >= threshold), None),
+        "best": (means[best], best),
         "abs_logp_diff": avg("mismatch/abs_logp_diff_mean"),
         "k3": avg("mismatch/k3"),
         "seq_kl": avg("mismatch/seq_kl"),
@@ -103,12 +103,12 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
     evals = sorted({step for s in stats.values() for step in s["held_out"]})
     rewarded = any(s["held_out_reward"] for s in stats.values())
     eval_steps = " / ".join(map(str, evals))
-    lines = [f"| arm | steps | s/step | reward, 10-step means at steps {' / '.join(map(str, starts))} | "
-             f"first step where the 10-step mean ≥ {threshold:g} | best 10-step mean (from step) | "
-             "token mean \\|Δlogp\\| | k3 | seq KL | "
-             f"token \\|Δlogp\\|, first / last 20 steps | held-out at steps {eval_steps} | "
-             + (f"held-out reward at steps {eval_steps} | " if rewarded else "") + "skipped fp16 steps / loss scale |",
-             "|---" * (13 if rewarded else 12) + "|"]
+    header = ["arm", "steps", "s/step", f"reward, 10-step means at steps {' / '.join(map(str, starts))}",
+              f"first step where the 10-step mean ≥ {threshold:g}", "best 10-step mean (from step)",
+              "token mean \\|Δlogp\\|", "k3", "seq KL", "token \\|Δlogp\\|, first / last 20 steps",
+              f"held-out at steps {eval_steps}", *([f"held-out reward at steps {eval_steps}"] if rewarded else []),
+              "skipped fp16 steps / loss scale"]
+    lines = [f"| {' | '.join(header)} |", "|---" * len(header) + "|"]
     for name, s in stats.items():
         low, high = s["loss_scale"]
         reward = f"{' '.join(_fmt(s['held_out_reward'].get(e), '.2f') for e in evals)} | " if rewarded else ""
