@@ -1,10 +1,16 @@
-"""Dynamic loss scaling with DeepSpeed's semantics, for learners that manage their own fp16 step.
+"""Dynamic loss scaling with the semantics of the pinned DeepSpeed (0.19.8), for learners that manage their own fp16 step.
 
 ``scale`` multiplies the loss before backward. After backward the learner unscales the
 gradients and calls :meth:`update` with whether any was inf/nan: an overflow means the
 step is skipped; the ``hysteresis``-th overflow since the scale last grew (or since the
-start) shrinks the scale, and so does every overflow after it until the scale grows again,
-which happens after ``growth_interval`` consecutive clean steps.
+start) shrinks the scale, and so does every overflow after it until the scale grows again.
+With c the clean steps since the last overflow (or the start), the scale grows when c − 1
+is a positive multiple of ``growth_interval`` (N): on the (N + 1)-th clean step, then every
+N. DeepSpeed 0.16.8 (the Oat backend's) grows one clean step sooner, at c = N, 2N, ….
+
+Two departures: the factors are configurable (DeepSpeed's are 2 and 0.5), and an overflow
+with the scale already at ``min_scale`` skips the step and keeps the floor, where
+DeepSpeed's engine raises and ends the run.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ class LossScaler:
         c = self.config
         if not overflow:
             self.clean_steps += 1
-            if c.mode == "dynamic" and self.clean_steps % c.growth_interval == 0:
+            if c.mode == "dynamic" and self.clean_steps > 1 and (self.clean_steps - 1) % c.growth_interval == 0:
                 self.scale *= c.growth_factor
                 self._hysteresis_left = c.hysteresis
             return False
