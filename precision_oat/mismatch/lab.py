@@ -36,7 +36,7 @@ import torch
 from precision_oat.errors import UserError
 from precision_oat.mismatch.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.lm_head import use_fp32_head
-from precision_oat.rl.scoring import score, token_logprobs, trim
+from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score, token_logprobs, trim
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).
 RATIO_KEYS = ("abs_logp_diff_mean", "seq_logratio_std", "k3", "seq_kl")
@@ -63,6 +63,8 @@ class PairSettings:
     seed: int = 0
     # Sequences per trainer forward when rescoring.
     micro_batch_size: int = 64
+    # Response positions whose fp32 log-softmax over the vocabulary is taken at once when rescoring.
+    logprob_chunk_size: int = DEFAULT_CHUNK_SIZE
     # Also measure the trainer against itself (second micro-batch size, update path).
     self_consistency: bool = False
     # vLLM: fraction of GPU memory for each engine (one engine per dtype stays alive).
@@ -132,7 +134,7 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
 
     rollout = collate(completions, [0.0] * len(completions), pair.num_samples, tokenizer.pad_token_id)
     trainer = build_trainer(pair.trainer, policy.model, precision, device, pair.micro_batch_size)
-    forward = partial(token_logprobs, trainer, temperature=pair.temperature)
+    forward = partial(token_logprobs, trainer, temperature=pair.temperature, chunk_size=pair.logprob_chunk_size)
     ids, att = rollout.input_ids.to(device), rollout.attention_mask.to(device)
     response = rollout.response_mask.to(device)
     start = time.perf_counter()

@@ -24,7 +24,16 @@ writes ``OUTPUT_DIR/preflight.json`` (keys in docs/metrics.md, "fp16 preflight")
 
 Departures from a real fp16 step, on purpose: the gradients are fp32 gradients scaled and
 rounded once, whereas an fp16 backward also rounds every intermediate gradient; positions
-that are padding are left out of every maximum.
+that are padding are left out of every maximum, and so is the logit of each sequence's last
+position (it predicts no token).
+
+Memory is that of the update, not of the whole sequences: the forward and backward run in
+training mode with gradient checkpointing where the model has it, rows go in micro-batches
+bounded in tokens, and the output projection, the fp32 cross-entropy and their backward run a
+chunk of positions at a time, so no tensor holds the vocabulary for more than a chunk. The
+automatic check before a run measures as many of the run's first prompts as fit a budget of
+:data:`RUN_TOKENS` tokens, each with a response of the run's full length (at 8k-token answers,
+three prompts rather than thirty-two), and says so.
 """
 
 from __future__ import annotations
@@ -42,9 +51,10 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import torch
 
-from precision_oat.errors import UserError
+from precision_oat.errors import UserError, out_of_memory_explained
 from precision_oat.mismatch.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.policy import LossScaling, Precision, PrecisionError
+from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, projects_plainly
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
 if TYPE_CHECKING:
@@ -55,9 +65,16 @@ FP16_SMALLEST_NORMAL = 2.0**-14
 # The flag of the training command that skips the preflight; named in check()'s message.
 OVERRIDE_FLAG = "--skip-fp16-preflight"
 DEFAULT_MARGIN = 8.0
-# The automatic check runs on at most this many of the run's first prompts, this many per forward.
+# The automatic check runs on at most this many of the run's first prompts, and on no more of them than
+# fit this many tokens with a response of the run's full length (always at least one).
 RUN_PROMPTS = 32
+RUN_TOKENS = 32768
+# Rows per forward, and tokens per forward (a row longer than that goes alone).
 RUN_MICRO_BATCH = 8
+MICRO_BATCH_TOKENS = 16384
+# What to lower when the preflight itself runs out of GPU memory.
+PREFLIGHT_MEMORY_FLAGS = (f"lower --logprob-chunk-size, or pass {OVERRIDE_FLAG} (the check is then yours to run on a "
+                          "larger device: python -m precision_oat.mismatch.preflight)")
 LOGITS = "logits"
 # Rows of the printed table: modules with the smallest headroom, and parameters with the most underflow.
 TABLE_MODULES = 10
@@ -65,29 +82,39 @@ WORST_PARAMETERS = 5
 
 
 def run_preflight(model, prompt_ids: list[list[int]], *, initial_loss_scale: float, device,
-                  micro_batch_size: int = 8, responses: Optional[SamplingParams] = None) -> dict:
+                  micro_batch_size: int = 8, responses: Optional[SamplingParams] = None,
+                  chunk_size: int = DEFAULT_CHUNK_SIZE, micro_batch_tokens: int = MICRO_BATCH_TOKENS) -> dict:
     """Activation headroom, fp16 forward finiteness and gradient underflow of ``model`` on ``prompt_ids``.
 
     ``model`` is an HF causal LM in any dtype on any device; it is left untouched (the work
     happens on a copy in fp32 on ``device``, cast to fp16 for the second forward, then freed).
     With ``responses``, each prompt is followed by one response sampled with those settings,
     and the prompt and response positions are measured together; without, the prompts alone.
+    A forward takes at most ``micro_batch_size`` rows and ``micro_batch_tokens`` tokens (a longer
+    row alone); the logits exist ``chunk_size`` positions at a time.
     """
     _validate(model, prompt_ids, initial_loss_scale, micro_batch_size)
+    if chunk_size < 1 or micro_batch_tokens < 1:
+        raise UserError(f"chunk_size {chunk_size}, micro_batch_tokens {micro_batch_tokens}: both must be at least 1")
     device = torch.device(device)
     sequences = prompt_ids if responses is None else with_responses(model, prompt_ids, responses, device)
-    work = copy.deepcopy(model).to(device=device, dtype=torch.float32).eval()
+    work = copy.deepcopy(model).to(device=device, dtype=torch.float32)
     try:
         for p in work.parameters():
             p.grad = None
             p.requires_grad_(True)
-        batches = list(_micro_batches(sequences, micro_batch_size, _pad_id(work), device))
-        activations, nll = _fp32_forward_backward(work, batches)
+        # The update's own memory settings: training mode, and each layer's activations recomputed in the backward.
+        work.train()
+        if work.supports_gradient_checkpointing:
+            # Newer transformers renamed it, and warn on every call of the old name.
+            getattr(work, "activation_checkpointing_enable", work.gradient_checkpointing_enable)()
+        batches = list(_micro_batches(sequences, micro_batch_size, micro_batch_tokens, _pad_id(work), device))
+        activations, nll = _fp32_forward_backward(work, batches, chunk_size)
         gradients = _gradient_report(work, initial_loss_scale)
         gradients["loss"] = nll
         work.zero_grad(set_to_none=True)
-        work.to(torch.float16)
-        fp16_forward = _fp16_forward(work, batches)
+        work.to(torch.float16).eval()
+        fp16_forward = _fp16_forward(work, batches, chunk_size)
     finally:
         del work
         if device.type == "cuda":
@@ -147,10 +174,12 @@ def check(report: dict, margin: float = DEFAULT_MARGIN, margin_flag: str = "--ma
 
 
 def before_fp16_run(model, prompt_ids: list[list[int]], precision: Precision, flags: "PrecisionArgs", folder: Path,
-                    device, log=print, responses: Optional[SamplingParams] = None) -> Optional[dict]:
+                    device, log=print, responses: Optional[SamplingParams] = None,
+                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> Optional[dict]:
     """The automatic preflight of a training run that computes in fp16 on either side.
 
-    Runs on ``prompt_ids`` (the run's first prompts, at most :data:`RUN_PROMPTS`), each followed
+    Runs on the first of ``prompt_ids`` (the run's first prompts: at most :data:`RUN_PROMPTS`, and
+    no more than fit :data:`RUN_TOKENS` at full length, :func:`prompts_in_budget`), each followed
     by a response sampled with ``responses`` (the run's sampling settings), writes
     ``folder/preflight.json`` and ``folder/preflight.txt`` (the table), prints a one-line
     verdict, and raises :class:`PrecisionError` (one line) when :func:`check` fails at
@@ -163,8 +192,10 @@ def before_fp16_run(model, prompt_ids: list[list[int]], precision: Precision, fl
         log(f"fp16 preflight: skipped ({OVERRIDE_FLAG})")
         return None
     scale = precision.loss_scaling.initial_scale if precision.loss_scaling.enabled else 1.0
-    report = run_preflight(model, prompt_ids[:RUN_PROMPTS], initial_loss_scale=scale, device=device,
-                           micro_batch_size=RUN_MICRO_BATCH, responses=responses)
+    measured = prompts_in_budget(prompt_ids, responses.max_new_tokens if responses is not None else 0)
+    with out_of_memory_explained("the fp16 preflight", PREFLIGHT_MEMORY_FLAGS):
+        report = run_preflight(model, measured, initial_loss_scale=scale, device=device,
+                               micro_batch_size=RUN_MICRO_BATCH, responses=responses, chunk_size=chunk_size)
     folder = Path(folder)
     (folder / "preflight.json").write_text(json.dumps(report, indent=2, allow_nan=False))
     (folder / "preflight.txt").write_text(format_report(report) + "\n")
@@ -173,11 +204,20 @@ def before_fp16_run(model, prompt_ids: list[list[int]], precision: Precision, fl
     except PrecisionError as e:
         raise PrecisionError(f"{e} (table: {folder / 'preflight.txt'})") from None
     worst, g = report["min_headroom"], report["gradients"]
-    log(f"fp16 preflight: ok · least headroom {_fmt_headroom(worst['headroom'])} ({worst['name']}) ≥ "
+    log(f"fp16 preflight: ok · {report['prompts']} of the run's first prompts ({report['tokens']:,} tokens) · "
+        f"least headroom {_fmt_headroom(worst['headroom'])} ({worst['name']}) ≥ "
         f"{flags.fp16_preflight_margin:g}x margin · fp16 forward finite · "
         f"{100 * g['flush_to_zero_share']:.2f}% of gradients round to zero at loss scale {scale:g} · "
         f"{folder / 'preflight.txt'}")
     return report
+
+
+def prompts_in_budget(prompt_ids: list[list[int]], response_tokens: int) -> list[list[int]]:
+    """The first of ``prompt_ids`` that the automatic check measures: at most :data:`RUN_PROMPTS`, and no more than
+    fit :data:`RUN_TOKENS` tokens when each is followed by ``response_tokens`` (always at least one)."""
+    first = prompt_ids[:RUN_PROMPTS]
+    longest = max(len(ids) for ids in first) + response_tokens
+    return first[: max(1, RUN_TOKENS // longest)]
 
 
 def format_report(report: dict) -> str:
@@ -247,24 +287,45 @@ class _Batch:
     def real(self) -> torch.Tensor:
         return self.attention_mask.bool()
 
-    def forward(self, model) -> torch.Tensor:
-        return model(input_ids=self.input_ids, attention_mask=self.attention_mask, use_cache=False).logits
+    def targets(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(row, column, next token) of every real position that predicts a real token."""
+        row, column = self.attention_mask[:, 1:].nonzero(as_tuple=True)
+        return row, column, self.input_ids[row, column + 1]
 
 
-def _fp32_forward_backward(model, batches: list[_Batch]) -> tuple[dict[str, dict], float]:
-    """Per-module max |output| over real positions, and the gradients of the mean next-token NLL."""
+def _scored_rows(model, batch: _Batch):
+    """The forward of ``batch`` up to the logits: (one row per predicting position, the map from those rows to
+    logits, the tokens they predict). For a model whose logits are its head's projection of the last hidden state
+    the rows are hidden states and the map is the head, so the logits never exist for more than a chunk; a model
+    that transforms its logits (a soft cap) gives its full logits, as the trainer's scoring takes them."""
+    row, column, tokens = batch.targets()
+    if projects_plainly(model.config):
+        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                     use_cache=False).last_hidden_state
+        return hidden[row, column], model.get_output_embeddings(), tokens
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+    return logits[row, column], (lambda rows: rows), tokens
+
+
+def _fp32_forward_backward(model, batches: list[_Batch], chunk_size: int) -> tuple[dict[str, dict], float]:
+    """Per-module max |output| over real positions, and the gradients of the mean next-token NLL.
+
+    The backward runs in two stages: each chunk's head and cross-entropy back to the rows of hidden states
+    (detached, so the chunk's logits are freed at once), then the body from those rows' gradient.
+    """
     maxima: dict[str, torch.Tensor] = {}
     order: dict[str, int] = {}
     types = {name: type(m).__name__ for name, m in model.named_modules()}
     current: list[_Batch] = []
 
-    def record(name: str, output) -> None:
-        x = _first_tensor(output)
-        if x is None:
-            return
-        m = _max_abs(x, current[0])
+    def note(name: str, m: torch.Tensor) -> None:
         order.setdefault(name, len(order))
         maxima[name] = torch.maximum(maxima[name], m) if name in maxima else m
+
+    def record(name: str, output) -> None:
+        x = _first_tensor(output)
+        if x is not None:
+            note(name, _max_abs(x, current[0]))
 
     handles = _hook_every_module(model, record)
     targets = sum(int(b.attention_mask[:, 1:].sum()) for b in batches)
@@ -272,11 +333,18 @@ def _fp32_forward_backward(model, batches: list[_Batch]) -> tuple[dict[str, dict
     try:
         for batch in batches:
             current[:] = [batch]
-            logits = batch.forward(model)
-            record(LOGITS, logits)
-            nll = _next_token_nll_sum(logits, batch)
-            (nll / targets).backward()
-            total_nll += float(nll.detach())
+            rows, project, tokens = _scored_rows(model, batch)
+            leaf = rows.detach().requires_grad_()
+            for start in range(0, len(tokens), chunk_size):
+                logits = project(leaf[start : start + chunk_size]).float()
+                note(LOGITS, _max_abs_all(logits))
+                nll = torch.nn.functional.cross_entropy(logits, tokens[start : start + chunk_size], reduction="sum")
+                (nll / targets).backward()
+                total_nll += float(nll.detach())
+                del logits, nll
+            if leaf.grad is not None:
+                rows.backward(leaf.grad)
+            del rows, leaf
     finally:
         for h in handles:
             h.remove()
@@ -289,27 +357,30 @@ def _fp32_forward_backward(model, batches: list[_Batch]) -> tuple[dict[str, dict
     return rows, total_nll / targets
 
 
-def _fp16_forward(model, batches: list[_Batch]) -> dict:
+def _fp16_forward(model, batches: list[_Batch], chunk_size: int) -> dict:
     """Which module outputs of the same forward computed in fp16 hold inf or nan."""
     bad: dict[str, torch.Tensor] = {}
     order: list[str] = []
     current: list[_Batch] = []
 
-    def record(name: str, output) -> None:
-        x = _first_tensor(output)
-        if x is None:
-            return
+    def note(name: str, nonfinite: torch.Tensor) -> None:
         if name not in bad:
             order.append(name)
-        nonfinite = ~torch.isfinite(_max_abs(x, current[0]))
         bad[name] = bad[name] | nonfinite if name in bad else nonfinite
+
+    def record(name: str, output) -> None:
+        x = _first_tensor(output)
+        if x is not None:
+            note(name, ~torch.isfinite(_max_abs(x, current[0])))
 
     handles = _hook_every_module(model, record)
     try:
         with torch.no_grad():
             for batch in batches:
                 current[:] = [batch]
-                record(LOGITS, batch.forward(model))
+                rows, project, _ = _scored_rows(model, batch)
+                for start in range(0, len(rows), chunk_size):
+                    note(LOGITS, ~torch.isfinite(_max_abs_all(project(rows[start : start + chunk_size]))))
     finally:
         for h in handles:
             h.remove()
@@ -368,9 +439,16 @@ def _pad_id(model) -> int:
     return pad if isinstance(pad, int) and pad >= 0 else 0
 
 
-def _micro_batches(prompt_ids: list[list[int]], size: int, pad_id: int, device: torch.device):
-    for start in range(0, len(prompt_ids), size):
-        group = prompt_ids[start : start + size]
+def _micro_batches(prompt_ids: list[list[int]], size: int, tokens: int, pad_id: int, device: torch.device):
+    """Consecutive rows, right-padded, at most ``size`` of them and ``tokens`` padded tokens (a longer row alone)."""
+    groups: list[list[list[int]]] = []
+    for ids in prompt_ids:
+        group = groups[-1] if groups else None
+        if group is None or len(group) == size or (len(group) + 1) * max(len(ids), *map(len, group)) > tokens:
+            groups.append([ids])
+        else:
+            group.append(ids)
+    for group in groups:
         width = max(len(ids) for ids in group)
         ids = torch.full((len(group), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(group), width), dtype=torch.long)
@@ -380,16 +458,13 @@ def _micro_batches(prompt_ids: list[list[int]], size: int, pad_id: int, device: 
         yield _Batch(ids.to(device), mask.to(device))
 
 
-def _next_token_nll_sum(logits: torch.Tensor, batch: _Batch) -> torch.Tensor:
-    targets = batch.input_ids[:, 1:].masked_fill(batch.attention_mask[:, 1:] == 0, -100)
-    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(),
-                                             ignore_index=-100, reduction="sum")
-
-
 def _hook_every_module(model, record) -> list:
+    """A forward hook on every module but the root and the output projection: the logits are recorded on their own,
+    a chunk at a time."""
+    head = model.get_output_embeddings()
     handles = []
     for name, module in model.named_modules():
-        if name:  # the root's output is the logits, recorded on their own
+        if name and module is not head:
             handles.append(module.register_forward_hook(lambda _m, _in, out, name=name: record(name, out)))
     return handles
 
@@ -409,13 +484,17 @@ def _max_abs(x: torch.Tensor, batch: _Batch) -> torch.Tensor:
     Built from amax and amin so that no |x| copy of a large output (the logits) is made.
     """
     x = x.detach()
-    if x.numel() == 0:
-        return x.new_zeros((), dtype=torch.float32)
-    if x.dim() >= 2 and tuple(x.shape[:2]) == tuple(batch.attention_mask.shape):
+    if x.numel() and x.dim() >= 2 and tuple(x.shape[:2]) == tuple(batch.attention_mask.shape):
         dims = tuple(range(2, x.dim()))
         hi, lo = (x.amax(dims), x.amin(dims)) if dims else (x, x)
         return torch.maximum(hi, -lo)[batch.real].amax().float()
-    return torch.maximum(x.amax(), -x.amin()).float()
+    return _max_abs_all(x)
+
+
+def _max_abs_all(x: torch.Tensor) -> torch.Tensor:
+    """max |x| over every element (inf or nan when x holds one), from amax and amin."""
+    x = x.detach()
+    return torch.maximum(x.amax(), -x.amin()).float() if x.numel() else x.new_zeros((), dtype=torch.float32)
 
 
 def _headroom(max_abs: Optional[float]) -> Optional[float]:

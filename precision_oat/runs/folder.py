@@ -13,16 +13,21 @@ from precision_oat.args import Args
 from precision_oat.errors import UserError
 from precision_oat.presets import to_values
 
-# What a run writes into its folder (either backend); --overwrite deletes exactly these.
+# Written first into the folder of every run and by nothing else: its presence means the folder holds a run.
+RUN_MARKER = "precision-oat-run.json"
+# What a run writes into its folder (either backend); --overwrite deletes exactly these, in a folder with the marker.
 RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "mismatch_probe.json", "checkpoints",
              "preflight.json", "preflight.txt", "profile.json", "wandb", "vllm_init", "initial_model", "oat",
              "learner_error.txt")
-# Their presence means the folder holds a run.
+# What a run's description names, when present.
 RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
+# Keys of a config.json this library wrote (a run from before the marker is recognised by them).
+CONFIG_KEYS = ("precision_contract", "algo", "dtype", "output_dir")
 
 SUMMARY_KEYS = ["mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std", "mismatch/k3", "mismatch/k1"]
-# Where a step's wall time goes: ``perf/time/<part>`` in seconds, "other" being the rest of the step.
-STEP_PARTS = ("sample", "score", "update", "sync", "reward", "other")
+# Where a step's wall time goes: ``perf/time/<part>`` in seconds, "other" being the rest of the step. A step's time
+# runs from the previous step's record to its own; "log" holds the writing of that previous record.
+STEP_PARTS = ("sample", "score", "update", "sync", "reward", "save", "log", "other")
 
 
 def output_dir_for(args: Args) -> Path:
@@ -38,26 +43,69 @@ def output_dir_for(args: Args) -> Path:
     return folder
 
 
+def holds_run(out: Path) -> bool:
+    """True when ``out`` is the folder of a run of this library: its marker, or a run from before the marker."""
+    return (out / RUN_MARKER).is_file() or is_unmarked_run(out)
+
+
+def is_unmarked_run(out: Path) -> bool:
+    """A run written before the marker existed: no marker, and a config.json holding this library's keys."""
+    if (out / RUN_MARKER).exists():
+        return False
+    try:
+        config = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and all(key in config for key in CONFIG_KEYS)
+
+
+def mark_run(out: Path) -> None:
+    """Write the marker that makes ``out`` a run folder (and the files of RUN_FILES in it this library's)."""
+    write_json(out / RUN_MARKER, {"written_by": "precision-oat", "meaning": "this folder holds a precision-oat run; "
+                                  "--overwrite deletes only the files a run writes"})
+
+
 def start_new_run(out: Path, args: Args) -> None:
     """Make ``out`` the folder of a new run: refuse when it holds one, unless ``--overwrite`` deletes it; write config.json."""
-    found = [name for name in RUN_MARKERS if (out / name).exists()]
-    if found and stopped_before_first_step(out):
+    stopped = check_new_run(out, args)
+    if stopped:
         # Nothing of it is worth keeping: its flags are the ones being replaced, and it has no step to resume.
-        print(f"--output-dir {out}: its earlier run stopped before its first step ({describe_run(out, found)}); "
+        print(f"--output-dir {out}: its earlier run stopped before its first step ({describe_run(out, stopped)}); "
               "starting afresh there", flush=True)
-        found = []
-    if found and not args.log.overwrite:
-        raise UserError(
-            f"--output-dir {out} already holds a run ({describe_run(out, found)}); continue it with --resume, "
-            "pass another --output-dir, or add --overwrite to delete that run and start again"
-        )
     for name in RUN_FILES:
         path = out / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
+    mark_run(out)
     write_json(out / "config.json", config_values(out, args))
+
+
+def check_new_run(out: Path, args: Args) -> list[str]:
+    """Refuse ``out`` for a new run when it holds a run (unless ``--overwrite``) or files a run would write over.
+
+    Reads only. A folder without a run may hold anything but the names of RUN_FILES. Returns the files
+    of a run there that stopped before its first step (the new run replaces it), or an empty list.
+    """
+    if not holds_run(out):
+        foreign = [name + ("/" if (out / name).is_dir() else "") for name in RUN_FILES
+                   if (out / name).exists() or (out / name).is_symlink()]
+        if foreign:
+            raise UserError(
+                f"--output-dir {out} holds {', '.join(foreign)} but no precision-oat run ({RUN_MARKER} is missing), "
+                "and a run would write over them; pass another --output-dir or move them away (--overwrite deletes "
+                "only a run's own files)"
+            )
+    found = [name for name in RUN_MARKERS if (out / name).exists()] if holds_run(out) else []
+    if found and stopped_before_first_step(out):
+        return found
+    if found and not args.log.overwrite:
+        raise UserError(
+            f"--output-dir {out} already holds a run ({describe_run(out, found)}); continue it with --resume, "
+            "pass another --output-dir, or add --overwrite to delete that run and start again"
+        )
+    return []
 
 
 def stopped_before_first_step(out: Path) -> bool:
@@ -155,7 +203,9 @@ def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> 
     if probe:
         summary["probe"] = probe
         line = "  ".join(f"{d} {r['mismatch/abs_logp_diff_mean']:.2e}" for d, r in probe["dtypes"].items())
-        print(f"final policy, |Δlogp| per dtype (same prompts, sampler vs trainer): {line}", flush=True)
+        m = probe["measured"]
+        print(f"final policy, |Δlogp| per dtype ({m['sampler']} sampler vs {m['trainer']} trainer at top-p {m['top_p']:g}, "
+              f"{m['prompts']} prompts × {m['samples_per_prompt']}): {line}", flush=True)
         if probe["ratios"]:
             ratios = probe["ratios"]
             print(f"bf16/fp16: {ratios['abs_logp_diff_mean']:.1f}x token |Δlogp|, "

@@ -86,9 +86,8 @@ class KVCacheSampler:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1] :]
         if self.decoder is not None:
             return self.decoder.forward(step_ids, positions, attention, cache)
-        out = self.model(
-            input_ids=step_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
-        )
+        out = self.model(input_ids=step_ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
         return out.logits[:, -1], out.past_key_values
 
     @torch.no_grad()

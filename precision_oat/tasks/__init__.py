@@ -19,6 +19,7 @@ def build_task(task, evaluation, tokenizer=None) -> Task:
         if t.prompt_data is not None:
             raise UserError("--prompt-data applies to --task math; the arithmetic task makes its own prompts")
         sizes = {"num_train": t.max_train} if t.max_train else {}
+        sizes.update({"num_eval": evaluation.eval_limit} if evaluation.eval_limit else {})
         return ArithmeticTask(max_operand=t.max_operand, tokenizer=tokenizer, **sizes, **template)
     if t.task == "counting":
         from precision_oat.tasks.counting import CountingTask

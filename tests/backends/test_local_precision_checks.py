@@ -61,7 +61,7 @@ def test_fp16_run_passes_the_preflight_and_records_the_contract(tmp_path, embedd
     # Each prompt is measured with a response of at most --max-new-tokens 4 sampled after it.
     assert 8 <= report["response_tokens"] <= 8 * 4
     assert (tmp_path / "preflight.txt").read_text().startswith("fp16 preflight · 8 prompts")
-    assert "fp16 preflight: ok · least headroom" in out
+    assert "fp16 preflight: ok · 8 of the run's first prompts (" in out and "least headroom" in out
     contract = json.loads((tmp_path / "config.json").read_text())["precision_contract"]
     assert contract == {"sampler": "fp16", "trainer_compute": "fp16", "master_weights": "fp32",
                         "weight_sync": "fp16", "lm_head": "fp16"}

@@ -71,8 +71,11 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
         return evaluate_only(actor, evaluation, log, run.out)
     # The signal handlers are the caller's again however the loop ends.
     with StopRequest() as stop:
+        # A step's time runs from the previous record's moment to its own, so every second belongs to one
+        # record; the previous record's write (its line, wandb) happens in that time and counts in this
+        # step's "log". The first step starts here.
+        step_start, written = time.perf_counter(), 0.0
         for step in range(run.start_step, steps):
-            step_start = time.perf_counter()
             batch, metrics = actor.rollout(prompts_of_step(run.examples, step, per_step, train.seed), step)
             # A co-located vLLM frees its GPU memory for the update; the weight sync wakes it.
             run.sampler.sleep()
@@ -90,19 +93,26 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             metrics["step"] = step + 1
             if evaluation.eval_every and ((step + 1) % evaluation.eval_every == 0 or step + 1 == steps):
                 metrics.update(actor.evaluate(evaluation, step + 1))
-            metrics["perf/time/other"] = time.perf_counter() - step_start - sum(
-                metrics[f"perf/time/{part}"] for part in STEP_PARTS if part != "other")
-            if log is not None:
-                histograms = None
-                if log.wandb is not None:
-                    histograms = mismatch_histograms(batch.sampler_logprobs, update.old_logprobs.cpu(),
-                                                     batch.response_mask)
-                log.log(metrics, histograms, total_steps=steps,
-                        echo=(step + 1) % logging.log_every == 0 or step + 1 == steps)
             # A signal may reach some ranks only: all of them stop at the same step.
             stopping = world.any(stop.requested is not None)
+            # The checkpoint comes before the record, which then holds the time it took.
+            save_start = time.perf_counter()
             if (logging.save_every and (step + 1) % logging.save_every == 0) or step + 1 == steps or stopping:
                 save_checkpoint(run.out, step + 1, learner, run.tokenizer, logging.keep_checkpoints, world)
+            histograms_start = time.perf_counter()
+            metrics["perf/time/save"] = histograms_start - save_start
+            histograms = None
+            if log is not None and log.wandb is not None:
+                histograms = mismatch_histograms(batch.sampler_logprobs, update.old_logprobs.cpu(), batch.response_mask)
+            now = time.perf_counter()
+            metrics["perf/time/log"] = written + now - histograms_start
+            metrics["perf/time/other"] = now - step_start - sum(
+                metrics[f"perf/time/{part}"] for part in STEP_PARTS if part != "other")
+            step_start = now
+            if log is not None:
+                log.log(metrics, histograms, total_steps=steps,
+                        echo=(step + 1) % logging.log_every == 0 or step + 1 == steps)
+            written = time.perf_counter() - step_start
             if stopping:
                 if log is not None:
                     log.close()
@@ -120,9 +130,8 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
         del learner, run.learner, run.sampler, actor.sampler
         if run.device.type == "cuda":
             torch.cuda.empty_cache()
-        prompts = [actor.encode(e) for e in run.examples[:32]]
-        probe = probe_mismatch(Policy(final, run.tokenizer, None), prompts, train, rollout, logging.probe_dtypes,
-                               run.device)
+        probe = probe_mismatch(Policy(final, run.tokenizer, None), [actor.encode(e) for e in run.examples[:PROBE_PROMPTS]],
+                               train, rollout, logging.probe_dtypes, run.device)
         (run.out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, run.out, probe)
     write_json(run.out / "summary.json", summary)  # atomic: its presence marks the run finished
@@ -154,13 +163,30 @@ def prompts_of_step(examples: list, step: int, per_step: int, seed: int) -> list
     return picked
 
 
+# The end-of-run probe: the first prompts of the task, this many samples each, and no more prompts than
+# fit the token budget with responses of the run's full length (always at least one).
+PROBE_PROMPTS = 32
+PROBE_SAMPLES = 4
+PROBE_TOKENS = 131072
+
+
 def probe_mismatch(policy: Policy, prompt_ids: list[list[int]], train: TrainArgs, rollout: RolloutArgs,
                    dtypes, device) -> dict:
-    """The final policy's sampler–trainer mismatch in each of ``dtypes`` (``--probe-dtypes``), on the same prompts."""
+    """The final policy's mismatch in each of ``dtypes`` (``--probe-dtypes``), on the same prompts.
+
+    Whatever the run's pair, the probe measures one pair in every dtype: the built-in KV-cache
+    sampler against the HF model's forward, at top-p 1 and the run's temperature (a vLLM engine
+    or a DeepSpeed engine per dtype would cost a start each); ``mismatch_probe.json`` says so.
+    """
     from precision_oat.mismatch.lab import PairSettings, bf16_fp16_ratios, measure_pair
 
-    pair = PairSettings(num_samples=4, max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature,
-                        seed=train.seed, micro_batch_size=train.micro_batch_size)
+    longest = max(len(ids) for ids in prompt_ids) + rollout.max_new_tokens
+    prompt_ids = prompt_ids[: max(1, PROBE_TOKENS // (PROBE_SAMPLES * longest))]
+    pair = PairSettings(sampler="builtin", trainer="hf", num_samples=PROBE_SAMPLES,
+                        max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, seed=train.seed,
+                        micro_batch_size=train.micro_batch_size, logprob_chunk_size=train.logprob_chunk_size)
     quiet = lambda *_: None  # noqa: E731
     results = {d: measure_pair(pair, policy, prompt_ids, d, device, quiet)[0] for d in dtypes}
-    return {"dtypes": results, "ratios": bf16_fp16_ratios(results)}
+    measured = {"sampler": pair.sampler, "trainer": pair.trainer, "top_p": 1.0, "temperature": pair.temperature,
+                "prompts": len(prompt_ids), "samples_per_prompt": pair.num_samples}
+    return {"measured": measured, "dtypes": results, "ratios": bf16_fp16_ratios(results)}
