@@ -442,6 +442,8 @@ def compare(args: PeerArgs) -> dict:
                            str(checkpoint), "--dtypes", dtype, *settings_flags(args)]
             else:
                 command = ours_command(args, checkpoint, dtype, out)
+            # The last process's memory back with the device before the next vLLM measures what is free.
+            time.sleep(5)
             run = runs[name] = run_child(command, args.output / f"{name}-{dtype}.log", args.run_timeout_s)
             steps = read_steps(name, out, args)
             run["summary"] = summarize(steps, args.warmup_steps) if steps else {}

@@ -8,12 +8,14 @@
 # CODE (default: this repository) is the tree whose precision_oat the command runs; the model is built by this
 # repository's experiments/h200/shape_folder.py. RUNS gets model/ (the random model), run/ (the run's folder:
 # metrics.jsonl, preflight), run.log, smi.log (each second: the time, nvidia-smi's memory.used in MiB, and each
-# process's pid:MiB) and wall.txt (start, end, seconds, exit status).
+# process's pid:MiB) and wall.txt (start, end, seconds, exit status). LIMIT (seconds, default 600) stops the run, by its
+# pid, if it is still going then (exit status 137 in wall.txt).
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CODE=${CODE:-$HERE}
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
+LIMIT=${LIMIT:-600}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 [ -f "$RUNS/model/config.json" ] ||
@@ -30,6 +32,7 @@ while kill -0 "$run" 2> /dev/null; do
   used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{s += $1} END {print s}')
   apps=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | tr -d ' ' | tr ',\n' ': ')
   echo "$(date +%s) $used $apps" >> "$RUNS/smi.log"
+  if [ $(($(date +%s) - start)) -gt "$LIMIT" ]; then kill -9 "$run"; fi
   sleep 1
 done
 wait "$run"
