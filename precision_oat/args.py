@@ -20,6 +20,7 @@ from typing import Literal, Optional
 
 from precision_oat import checks
 from precision_oat.algorithms import RECIPES
+from precision_oat.algorithms.corrections.divergence_mask import ESTIMATORS, LEVELS
 from precision_oat.algorithms.registry import valid_names
 from precision_oat.checks import Checked, reject
 from precision_oat.errors import UserError
@@ -36,6 +37,8 @@ AdvantageName = Literal[tuple(valid_names("advantage"))]  # type: ignore[valid-t
 ObjectiveName = Literal[tuple(valid_names("objective"))]  # type: ignore[valid-type]
 CorrectionName = Literal[tuple(valid_names("correction"))]  # type: ignore[valid-type]
 ReductionName = Literal[tuple(valid_names("reduction"))]  # type: ignore[valid-type]
+DivergenceMeasure = Literal[tuple(ESTIMATORS)]  # type: ignore[valid-type]
+DivergenceLevel = Literal[tuple(LEVELS)]  # type: ignore[valid-type]
 
 # Attention kernels transformers knows by name; a "org/repo" hub kernel is accepted as is.
 ATTENTION_KERNELS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -171,6 +174,20 @@ class AlgorithmArgs(Checked):
     correction_cap: Optional[float] = None
     # ε in GRPO's (r − mean)/(std + ε).
     adv_eps: float = 1e-6
+    # Lower end α of the band on π_old/μ inside which --correction icepop keeps a token.
+    icepop_low: float = 0.5
+    # Upper end β of that band.
+    icepop_high: float = 5.0
+    # Lower end of the band on exp(mean_t log π_old/μ) inside which --correction geo-mask keeps a response.
+    geo_mask_low: float = 0.99
+    # Upper end of that band.
+    geo_mask_high: float = 1.01
+    # Estimator of --correction divergence-mask: k1 = log μ − log π_old, k2 = ½Δ², k3 = exp Δ − 1 − Δ.
+    divergence_measure: DivergenceMeasure = "k3"
+    # What it judges: each token, or each response by the sum / mean / max of its tokens' values.
+    divergence_level: DivergenceLevel = "seq-mean"
+    # The largest value (|k1| for k1) that --correction divergence-mask keeps.
+    divergence_threshold: float = 0.01
 
     def check(self) -> None:
         super().check()
@@ -179,6 +196,9 @@ class AlgorithmArgs(Checked):
         checks.number(self, "clip_high", gt=0, why="the ratio is clipped above at 1 + ε_high")
         checks.number(self, "correction_cap", gt=0, why="the cap C on the TIS/MIS weight")
         checks.number(self, "adv_eps", ge=0, why="added to the group's std before dividing by it")
+        for name in ("icepop_low", "icepop_high", "geo_mask_low", "geo_mask_high"):
+            checks.number(self, name, gt=0, why="an end of a band on the ratio π_old/μ")
+        checks.number(self, "divergence_threshold", gt=0, why="the largest divergence kept")
 
 
 @dataclass
@@ -618,4 +638,11 @@ def algorithm_spec(args: Args):
         correction_cap=a.correction_cap,
         max_gen_length=args.rollout.max_new_tokens,
         adv_eps=a.adv_eps,
+        icepop_low=a.icepop_low,
+        icepop_high=a.icepop_high,
+        geo_mask_low=a.geo_mask_low,
+        geo_mask_high=a.geo_mask_high,
+        divergence_measure=a.divergence_measure,
+        divergence_level=a.divergence_level,
+        divergence_threshold=a.divergence_threshold,
     )

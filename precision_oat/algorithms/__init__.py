@@ -5,7 +5,10 @@ Imports torch and the standard library only.
 
 from .advantages import DrGRPOMixin, GRPOMixin, ReinforceMixin, RLOOMixin
 from .policy_loss import AlgorithmSpec, PolicyBatch, PolicyLoss, Stats, masked_mean, masked_sum, sequence_log_ratio
-from .corrections import NoCorrectionMixin, SeqMISMixin, SeqTISMixin, TokenMISMixin, TokenTISMixin
+from .corrections import (
+    DivergenceMaskMixin, GeoMaskMixin, IcePopMixin, NoCorrectionMixin, SeqMISMixin, SeqTISMixin, TokenMISMixin,
+    TokenTISMixin,
+)
 from .objectives import ClipMixin, GSPOMixin, ISPGMixin, TokenISPGMixin
 from .recipes import RECIPES, Recipe, build_policy_loss, compose, resolve
 from .reductions import ConstantNormMixin, SeqMeanMixin, TokenMeanMixin
@@ -17,6 +20,7 @@ __all__ = [
     "build_policy_loss", "compose", "masked_mean", "masked_sum", "register", "resolve", "sequence_log_ratio",
     "DrGRPOMixin", "GRPOMixin", "ReinforceMixin", "RLOOMixin",
     "ClipMixin", "GSPOMixin", "ISPGMixin", "TokenISPGMixin",
-    "NoCorrectionMixin", "SeqMISMixin", "SeqTISMixin", "TokenMISMixin", "TokenTISMixin",
+    "DivergenceMaskMixin", "GeoMaskMixin", "IcePopMixin", "NoCorrectionMixin", "SeqMISMixin", "SeqTISMixin",
+    "TokenMISMixin", "TokenTISMixin",
     "ConstantNormMixin", "SeqMeanMixin", "TokenMeanMixin",
 ]

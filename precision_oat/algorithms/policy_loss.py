@@ -45,6 +45,17 @@ class AlgorithmSpec:
     clip_high: float = 0.2
     # Cap C of the sampler→trainer correction (TIS truncates at C, MIS masks above C).
     correction_cap: Optional[float] = None
+    # Band [α, β] of the `icepop` correction on π_old/μ per token (IcePop's 0.5 and 5).
+    icepop_low: float = 0.5
+    icepop_high: float = 5.0
+    # Band [lo, hi] of the `geo-mask` correction on exp(mean_t Δ_t) per sequence (SkyRL's 0.99 and 1.01).
+    geo_mask_low: float = 0.99
+    geo_mask_high: float = 1.01
+    # The `divergence-mask` correction: estimator (k1, k2, k3), level (token, seq-sum, seq-mean, seq-max), and the
+    # largest value kept (verl's k3 preset: the sequence mean of k3 up to 0.01).
+    divergence_measure: str = "k3"
+    divergence_level: str = "seq-mean"
+    divergence_threshold: float = 0.01
     # Constant normaliser of the `constant` reduction (Dr.GRPO uses the max generation length).
     loss_constant: float = 1.0
     # ε in GRPO's (r - mean) / (std + ε).

@@ -15,6 +15,7 @@ from typing import Optional
 from precision_oat.errors import UserError
 
 from .policy_loss import AlgorithmSpec, PolicyLoss
+from .corrections.divergence_mask import ESTIMATORS, LEVELS
 from .registry import canonical, lookup, valid_names
 
 
@@ -53,6 +54,15 @@ RECIPES: dict[str, Recipe] = {
     "grpo-seq-tis": Recipe(
         "drgrpo", "clip", "seq-tis", "constant", correction_cap=10.0,
         summary="GRPO × sequence-level truncated IS π_old/μ, C = 10"),
+    "grpo-icepop": Recipe(
+        "drgrpo", "clip", "icepop", "constant",
+        summary="GRPO × IcePop: token weight π_old/μ inside [0.5, 5], tokens outside it dropped"),
+    "grpo-geo-mask": Recipe(
+        "drgrpo", "clip", "geo-mask", "constant",
+        summary="GRPO × geometric sequence mask: responses with exp(mean_t Δ_t) outside [0.99, 1.01] dropped"),
+    "grpo-divergence-mask": Recipe(
+        "drgrpo", "clip", "divergence-mask", "constant",
+        summary="GRPO × divergence filter: responses whose mean k3 of π_old vs μ exceeds 0.01 dropped"),
     "gspo": Recipe(
         "grpo", "gspo", "none", "seq-mean", clip_low=3e-4, clip_high=4e-4,
         summary="GSPO: clip 3e-4/4e-4 on the per-sequence geometric-mean ratio"),
@@ -99,8 +109,13 @@ def resolve(
     correction_cap: Optional[float] = None,
     max_gen_length: int,
     adv_eps: float = 1e-6,
+    **settings,
 ) -> AlgorithmSpec:
-    """The recipe ``algo`` with every non-None argument overriding its default."""
+    """The recipe ``algo`` with every non-None argument overriding its default.
+
+    ``settings`` are the :class:`AlgorithmSpec` fields no recipe sets (``icepop_low``, ``geo_mask_high``,
+    ``divergence_measure``, …); those left out keep the spec's defaults.
+    """
     if algo not in RECIPES:
         raise UserError(f"--algo {algo}: unknown recipe; valid names: {', '.join(sorted(RECIPES))}")
     recipe = RECIPES[algo]
@@ -110,7 +125,7 @@ def resolve(
     fields.update({k: v for k, v in overrides.items() if v is not None})
     for kind in _PIECE_FLAGS:
         fields[kind] = _piece(kind, fields[kind])
-    if fields["correction"] != "none" and fields["correction_cap"] is None:
+    if getattr(lookup("correction", fields["correction"]), "needs_cap", False) and fields["correction_cap"] is None:
         raise UserError(
             f"--correction {fields['correction']} needs a cap and --algo {algo} sets none: pass --correction-cap C "
             "(e.g. 2 for token-level, 10 for sequence-level)"
@@ -123,7 +138,30 @@ def resolve(
         raise UserError(f"--adv-eps {adv_eps}: must be a finite number ≥ 0")
     _positive(fields["correction_cap"], "--correction-cap")
     _positive(max_gen_length, "--max-new-tokens")
-    return AlgorithmSpec(**fields, loss_constant=float(max_gen_length), adv_eps=adv_eps)
+    spec = AlgorithmSpec(**fields, loss_constant=float(max_gen_length), adv_eps=adv_eps, **settings)
+    _band(spec.icepop_low, spec.icepop_high, "--icepop-low", "--icepop-high")
+    _band(spec.geo_mask_low, spec.geo_mask_high, "--geo-mask-low", "--geo-mask-high")
+    _divergence(spec.divergence_measure, spec.divergence_level, spec.divergence_threshold)
+    return spec
+
+
+def _band(low: float, high: float, low_flag: str, high_flag: str) -> None:
+    """A band [low, high] on a ratio π_old/μ: positive, and holding 1 (where sampler and trainer agree)."""
+    _positive(low, low_flag)
+    _positive(high, high_flag)
+    if not low <= 1.0 <= high:
+        raise UserError(f"{low_flag} {low} {high_flag} {high}: the band must hold 1 (low ≤ 1 ≤ high), or it drops "
+                        "whatever sampler and trainer agree on exactly")
+
+
+def _divergence(measure: str, level: str, threshold: float) -> None:
+    for value, flag, names in ((measure, "--divergence-measure", ESTIMATORS), (level, "--divergence-level", LEVELS)):
+        if value not in names:
+            raise UserError(f"{flag} {value}: unknown; valid names: {', '.join(names)}")
+    if measure == "k1" and level == "seq-max":
+        raise UserError("--divergence-measure k1 --divergence-level seq-max: k1 is signed, so its largest token "
+                        "value says nothing about the size of a response's gap; use k2 or k3 with seq-max")
+    _positive(threshold, "--divergence-threshold")
 
 
 # The neutral choices that PolicyLoss already implements; compose leaves them out so that a

@@ -1,8 +1,8 @@
-"""Pieces shared by the corrections: the cap and the π_old/μ log-ratios."""
+"""Pieces shared by the corrections: the cap, the π_old/μ log-ratios and the shares a mask dropped."""
 
 import torch
 
-from ..policy_loss import AlgorithmSpec, PolicyBatch, masked_sum
+from ..policy_loss import AlgorithmSpec, PolicyBatch, masked_mean, masked_sum
 
 
 def require_cap(algo: AlgorithmSpec, name: str) -> float:
@@ -21,3 +21,10 @@ def token_log_ratio(batch: PolicyBatch) -> torch.Tensor:
 def seq_log_ratio(batch: PolicyBatch) -> torch.Tensor:
     """ρ_old = Σ_t m_t (log π_old,t − log μ_t); detached, [B]."""
     return masked_sum(token_log_ratio(batch), batch.mask)
+
+
+def dropped_shares(dropped: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """(token share, sequence share) of what a mask dropped: dropped response tokens / response tokens,
+    and responses with a dropped token / responses. ``dropped`` is bool, [B, T] or [B, 1] (whole rows)."""
+    dropped = dropped.expand_as(mask) & (mask > 0)
+    return masked_mean(dropped.float(), mask).item(), dropped.any(-1).float().mean().item()

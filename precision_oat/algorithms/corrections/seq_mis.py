@@ -22,6 +22,8 @@ class SeqMISMixin:
     """Π_t π_old/μ per sequence, zero where it exceeds C."""
 
     algo: AlgorithmSpec
+    # It reads algo.correction_cap: resolve() asks for --correction-cap when the recipe sets none.
+    needs_cap = True
 
     def correction(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         log_cap = math.log(require_cap(self.algo, "seq-mis"))

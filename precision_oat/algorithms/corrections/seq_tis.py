@@ -21,6 +21,8 @@ class SeqTISMixin:
     """min(Π_t π_old/μ, C) per sequence."""
 
     algo: AlgorithmSpec
+    # It reads algo.correction_cap: resolve() asks for --correction-cap when the recipe sets none.
+    needs_cap = True
 
     def correction(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         log_cap = math.log(require_cap(self.algo, "seq-tis"))

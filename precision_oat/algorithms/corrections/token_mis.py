@@ -21,6 +21,8 @@ class TokenMISMixin:
     """π_old/μ per token, zero where it exceeds C."""
 
     algo: AlgorithmSpec
+    # It reads algo.correction_cap: resolve() asks for --correction-cap when the recipe sets none.
+    needs_cap = True
 
     def correction(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         log_cap = math.log(require_cap(self.algo, "token-mis"))

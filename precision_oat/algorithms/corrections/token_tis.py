@@ -20,6 +20,8 @@ class TokenTISMixin:
     """min(π_old/μ, C) per token."""
 
     algo: AlgorithmSpec
+    # It reads algo.correction_cap: resolve() asks for --correction-cap when the recipe sets none.
+    needs_cap = True
 
     def correction(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         log_cap = math.log(require_cap(self.algo, "token-tis"))
