@@ -358,6 +358,9 @@ class TrainArgs(Checked):
     # forward in the update (detached), the same policy when a rollout makes one optimiser step (no
     # --train-batch-size, one epoch): one forward less per step; the self-gap is then 0 by construction.
     rescore: bool = True
+    # Bypass mode: μ stands in for π_old in the loss (the clip ratio is π_θ/μ) and no scoring pass runs; needs one
+    # optimiser step per rollout, as --no-rescore does, and --correction none (π_old/μ would be 1).
+    bypass_mode: bool = False
     # Response positions per chunk of the learner's output projection and fp32 log-softmax
     # (memory: chunk × vocabulary × ~10 bytes).
     logprob_chunk_size: int = 1024
@@ -534,6 +537,8 @@ class Args(Checked):
         if not t.rescore and (t.num_epochs > 1 or (t.train_batch_size or responses) < responses):
             raise UserError("--no-rescore needs one optimiser step per rollout, where π_old is the policy being updated; "
                             "leave --train-batch-size unset and --num-epochs at 1, or rescore")
+        if t.bypass_mode:
+            _check_bypass_mode(self, responses)
         if self.log.profile_update is not None and self.log.profile_update > t.steps:
             reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps})")
         if self.backend == "oat":
@@ -577,6 +582,8 @@ def _refuse_local_only_flags(args: Args) -> None:
             reject(name, getattr(r, name), "works with --backend local only; Oat builds its vLLM engines itself")
     if not t.rescore:
         raise UserError("--no-rescore works with --backend local only; Oat scores π_old itself")
+    if t.bypass_mode:
+        raise UserError("--bypass-mode works with --backend local only; Oat scores π_old itself")
     if args.log.profile_update is not None:
         reject("profile_update", args.log.profile_update, "works with --backend local only")
     if args.model.compile_layers:
@@ -584,6 +591,21 @@ def _refuse_local_only_flags(args: Args) -> None:
     if not r.vllm_row_seeds:
         raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
                         "per sample")
+
+
+def _check_bypass_mode(args: Args, responses: int) -> None:
+    """Bypass mode's two conditions: the trainer's π only comes from the update's forward, and μ replaces π_old."""
+    t = args.train
+    if t.num_epochs > 1 or (t.train_batch_size or responses) < responses:
+        raise UserError("--bypass-mode needs one optimiser step per rollout: without a scoring pass, the update's own "
+                        "forward is the trainer's π that the mismatch metrics compare with μ, and only before the "
+                        "first step is it the policy that sampled; leave --train-batch-size unset and --num-epochs at 1")
+    correction = algorithm_spec(args).correction
+    if correction != "none":
+        given = "" if args.algorithm.correction else f" (from --algo {args.algorithm.algo})"
+        raise UserError(f"--bypass-mode with --correction {correction}{given}: bypass mode puts μ in π_old's place, "
+                        "so every correction would compare μ with itself and weigh 1; use --correction none (the clip "
+                        "ratio π_θ/μ already sees the sampler) or drop --bypass-mode")
 
 
 def _check_sampler_precision(args: Args) -> None:

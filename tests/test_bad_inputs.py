@@ -116,6 +116,14 @@ BAD_INPUTS: list[Bad] = [
     bad("--correction", "seq-tis", flag="--correction-cap", cli=True),  # pg sets no cap
     bad("--adv-eps", "-1"),
     bad("--advantage", "grpo", "--adv-eps", "0", flag="--adv-eps"),  # nan on a group of equal rewards
+    bad("--icepop-low", "0"),
+    bad("--algo", "grpo-icepop", "--icepop-high", "0.9", flag="--icepop-high"),  # the band must hold 1
+    bad("--geo-mask-low", "1.02", flag="--geo-mask-low"),
+    bad("--divergence-threshold", "-0.1"),
+    bad("--divergence-measure", "k1", "--divergence-level", "seq-max", flag="--divergence-level"),
+    bad("--bypass-mode", "--num-epochs", "2", flag="--bypass-mode"),
+    bad("--bypass-mode", "--algo", "grpo-tis", flag="--bypass-mode"),  # π_old/μ would be 1
+    bad("--backend", "oat", "--bypass-mode", flag="--bypass-mode"),
     # --- LoRA ---
     bad("--lora-rank", "-1"),
     bad("--lora-alpha", "0"),

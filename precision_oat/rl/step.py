@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 import torch
@@ -61,6 +61,9 @@ class UpdateSettings:
     # Score π_old in a pass of its own before the update; False takes every row's from its forward in the update
     # (one mini-batch of one epoch: the same policy), which saves that pass.
     rescore: bool = True
+    # Bypass mode: the loss takes μ as π_old (the clip ratio is π_θ/μ), and no scoring pass runs, as with
+    # ``rescore=False``; every row's forward in the update still gives the trainer's π for the mismatch metrics.
+    bypass: bool = False
     # The processes that share each step (one by default); see :mod:`~precision_oat.distributed.world`.
     world: World = SINGLE
     # Response positions per chunk of the trainer's fp32 log-softmax (:mod:`~precision_oat.rl.scoring`).
@@ -137,7 +140,8 @@ class RLStep(PolicyLoss):
         s = self.settings
         world = s.world
         # Without rescoring, each row's π_old is its forward in the update, written in below.
-        old_logprobs = self.score(rollout) if s.rescore else torch.zeros_like(rollout.sampler_logprobs)
+        rescore = s.rescore and not s.bypass
+        old_logprobs = self.score(rollout) if rescore else torch.zeros_like(rollout.sampler_logprobs)
         scored = finished(rollout.input_ids.device)
         advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
 
@@ -152,14 +156,15 @@ class RLStep(PolicyLoss):
             mini_stats = []
             for j, micro in enumerate(mini.micro_batches):
                 batch = policy_batch(rollout, old_logprobs, advantages, micro, mini, self.forward_logprobs)
-                if not s.rescore:
+                if not rescore:
                     batch.old_logprobs = batch.logprobs.detach()
                     old_logprobs[micro.to(old_logprobs.device), : batch.old_logprobs.shape[1]] = batch.old_logprobs
                 if k == 0:
                     first.update(_self_gap(batch, first))
                     if s.self_consistent_old_logprobs:
                         batch.old_logprobs = batch.logprobs.detach()
-                loss, loss_s = self.policy_loss(batch)
+                loss, loss_s = self.policy_loss(replace(batch, old_logprobs=batch.sampler_logprobs)
+                                                if s.bypass else batch)
                 # The loss carries the whole mini-batch's denominators; the ranks' gradients are averaged.
                 self.backward(loss * world.size, last_micro_batch=j == len(mini.micro_batches) - 1)
                 total += loss.item()
@@ -179,7 +184,7 @@ class RLStep(PolicyLoss):
             norms.append(norm)
             skipped += was_skipped
 
-        if not s.rescore:  # every rank wrote its rows of the one mini-batch; each needs all of them
+        if not rescore:  # every rank wrote its rows of the one mini-batch; each needs all of them
             rows = plan[0].index.to(old_logprobs.device)
             old_logprobs[rows] = world.gather_rows(old_logprobs[rows[world.rows(len(rows))]])
         stats = mismatch_metrics(rollout.sampler_logprobs, old_logprobs, rollout.response_mask)

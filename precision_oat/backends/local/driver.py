@@ -148,7 +148,7 @@ def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, 
     settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
                               num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
                               self_consistent_old_logprobs=t.self_consistent_old_logprobs, rescore=t.rescore,
-                              world=world, logprob_chunk_size=t.logprob_chunk_size,
+                              bypass=t.bypass_mode, world=world, logprob_chunk_size=t.logprob_chunk_size,
                               micro_batch_tokens=t.micro_batch_tokens, compile=args.model.compile_layers)
     cls = learner_class or compose(spec, learner_base(t.learner))
     with out_of_memory_explained(f"the {t.learner} learner's start (weights, masters, optimiser state)",
