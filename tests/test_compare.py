@@ -30,7 +30,8 @@ from tests.test_args import _check_help, _render_help, parse_help
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore",
        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-TINY = ("--prompts-per-step", "4", "--num-samples", "2", "--probe-dtypes", "--eval-every", "2", "--wandb-mode", "disabled")
+TINY = ("--prompts-per-step", "4", "--num-samples", "2", "--probe-dtypes", "--eval-every", "2",
+        "--wandb-mode", "disabled")
 RUNS = {"pg-fp16-s0": ("--algo", "pg", "--dtype", "fp16", "--seed", "0", "--steps", "4"),
         "pg-fp16-s1": ("--algo", "pg", "--dtype", "fp16", "--seed", "1", "--steps", "4"),
         "grpo-bf16-s0": ("--algo", "grpo", "--dtype", "bf16", "--seed", "0", "--steps", "3")}

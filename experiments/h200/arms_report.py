@@ -36,7 +36,7 @@ import argparse
 from pathlib import Path
 
 from precision_oat.compare.figures import draw
-from precision_oat.compare.runs import NAME, Run, config_from_name, group_runs, metrics_files, read_rows
+from precision_oat.compare.loading import NAME, RunRecord, config_from_name, group_runs, metrics_files, read_rows
 from precision_oat.compare.stats import best_window, mean_of, seconds_per_step, window_means
 
 WINDOW_STARTS = (1, 21, 41, 61, 91, 141, 191, 241, 291)
@@ -111,7 +111,7 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
 
 def figures(arms: dict[str, list[dict]], prefix: Path, title: str, threshold: float = 0.9) -> list[Path]:
     """The library's comparison figures of the arms, their seeds grouped, named as their NAMEs say."""
-    runs = [Run(name, Path(name), rows, config_from_name(name)) for name, rows in arms.items()]
+    runs = [RunRecord(name, Path(name), rows, config_from_name(name)) for name, rows in arms.items()]
     return draw(group_runs(runs), prefix, title, threshold=threshold)
 
 

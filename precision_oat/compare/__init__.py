@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from precision_oat.compare.runs import Group, Run, find_runs, group_runs
+from precision_oat.compare.loading import Group, RunRecord, find_runs, group_runs
 from precision_oat.compare.stats import WINDOW, window_width
 from precision_oat.compare.table import csv_text, markdown
 
-__all__ = ["Group", "Run", "compare", "find_runs", "group_runs"]
+__all__ = ["Group", "RunRecord", "compare", "find_runs", "group_runs"]
 
 
 def compare(paths: list[Path], *, window: int = WINDOW, plots: bool = True, figures: Path = Path("comparison"),

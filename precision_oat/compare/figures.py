@@ -10,7 +10,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Optional
 
-from precision_oat.compare.runs import Group
+from precision_oat.compare.loading import Group
 from precision_oat.compare.stats import WINDOW
 from precision_oat.errors import UserError
 

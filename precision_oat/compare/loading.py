@@ -29,7 +29,7 @@ LABEL_FLAGS = 3
 
 
 @dataclass
-class Run:
+class RunRecord:
     name: str
     # The metrics file.
     path: Path
@@ -78,7 +78,7 @@ class Run:
 class Group:
     """The runs of one experiment (its seeds), and how the table and the figures name it."""
 
-    runs: list[Run]
+    runs: list[RunRecord]
     label: str = ""
     # The flags that tell this group from another of the same algorithm and dtype.
     differs: dict = field(default_factory=dict)
@@ -106,13 +106,13 @@ def metrics_files(folder: Path) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-def read_run(name: str, path: Path) -> Run:
+def read_run(name: str, path: Path) -> RunRecord:
     config_file = path.parent / "config.json"
     if path.name == "metrics.jsonl" and config_file.is_file():
         config = json.loads(config_file.read_text())
     else:
         config = config_from_name(name)
-    return Run(name, path, read_rows(path), config)
+    return RunRecord(name, path, read_rows(path), config)
 
 
 def config_from_name(name: str) -> dict:
@@ -131,9 +131,9 @@ def config_from_name(name: str) -> dict:
     return config
 
 
-def find_runs(paths: list[Path]) -> list[Run]:
+def find_runs(paths: list[Path]) -> list[RunRecord]:
     """The runs that ``paths`` name (run folders, or folders of runs), each once, in the order given."""
-    runs: dict[Path, Run] = {}
+    runs: dict[Path, RunRecord] = {}
     for path in paths:
         if (path / "metrics.jsonl").is_file():
             found = {path.name: path / "metrics.jsonl"}
@@ -154,7 +154,7 @@ def find_runs(paths: list[Path]) -> list[Run]:
     return list(runs.values())
 
 
-def group_runs(runs: list[Run]) -> list[Group]:
+def group_runs(runs: list[RunRecord]) -> list[Group]:
     """The runs grouped by experiment (seeds together), labelled ``ALGO DTYPE [variant] [flag=value …]``.
 
     A flag joins the label when groups of the same algorithm and dtype differ in it (the first few such flags);
@@ -168,7 +168,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
         group.runs.sort(key=lambda r: (r.seed is None, r.seed or 0, r.name))
         first = group.runs[0]
         peers = [g.runs[0].config for g in ordered if (g.runs[0].algo, g.runs[0].dtype) == (first.algo, first.dtype)]
-        keys = sorted(set.intersection(*(set(c) for c in peers)) - NOT_THE_EXPERIMENT - {"variant", "precision_contract"})
+        shared = set.intersection(*(set(c) for c in peers)) - NOT_THE_EXPERIMENT - {"variant", "precision_contract"}
+        keys = sorted(shared)
         group.differs = {k: first.config[k] for k in keys if len({json.dumps(c[k]) for c in peers}) > 1}
         shown = [f"{k}={v}" for k, v in list(group.differs.items())[:LABEL_FLAGS]]
         if len(group.differs) > LABEL_FLAGS:

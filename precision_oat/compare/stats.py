@@ -5,7 +5,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Optional
 
-from precision_oat.compare.runs import Group, Run
+from precision_oat.compare.loading import Group, RunRecord
 
 # Means over all training steps, by the name the table gives them.
 MISMATCH_KEYS = {"abs_logp_diff": "mismatch/abs_logp_diff_mean", "k3": "mismatch/k3", "seq_kl": "mismatch/seq_kl"}
@@ -37,7 +37,7 @@ def mean_of(train: list[dict], key: str, part: slice = slice(None)) -> Optional[
 
 
 def seconds_per_step(train: list[dict]) -> float:
-    """(last − first ``time/elapsed_s``) / (steps − 1): the first step's set-up left out; a one-step run's own time."""
+    """(last − first ``time/elapsed_s``) / (steps − 1): the first step's set-up is left out (one step: its time)."""
     if len(train) == 1:
         return train[0]["time/elapsed_s"]
     return (train[-1]["time/elapsed_s"] - train[0]["time/elapsed_s"]) / (len(train) - 1)
@@ -55,12 +55,12 @@ def held_out_reward(rows: list[dict]) -> Optional[tuple[int, float]]:
     return None
 
 
-def window_width(runs: list[Run], width: int = WINDOW) -> int:
+def window_width(runs: list[RunRecord], width: int = WINDOW) -> int:
     """``width``, or the training steps of the shortest run when that is fewer."""
     return min([width, *(len(r.train) for r in runs)])
 
 
-def run_stats(run: Run, width: int) -> dict:
+def run_stats(run: RunRecord, width: int) -> dict:
     """One run's row: reward over its first, last and best ``width`` steps, the mismatch means, and the rest."""
     train = run.train
     best, best_start = best_window(window_means(train, width))

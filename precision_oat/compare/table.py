@@ -6,7 +6,7 @@ import csv
 import io
 from typing import Optional
 
-from precision_oat.compare.runs import Group
+from precision_oat.compare.loading import Group
 from precision_oat.compare.stats import WINDOW, group_stats, run_stats
 
 # Table column → the figure it shows and its format.
