@@ -1,12 +1,18 @@
-"""Run a grid sweep from experiments/ without a wandb server, one run after another.
+"""Run a grid sweep from experiments/ without a wandb server, one run after another, and compare the runs.
 
-    python experiments/sweep_offline.py experiments/sweep_embedded_dtype_x_algo.yaml --dry-run
-    python experiments/sweep_offline.py experiments/sweep_embedded_dtype_x_algo.yaml
+    python experiments/sweep_offline.py experiments/sweep_cpu_2x2.yaml --dry-run
+    python experiments/sweep_offline.py experiments/sweep_cpu_2x2.yaml --output-root runs/cpu-2x2 --steps 10
 
 Each run gets the command line ``wandb agent`` would build from the sweep file (the
 ``command`` list with ``${env}``, ``${interpreter}`` and ``${program}`` filled in and
 ``${args}`` rendered as one ``--name=value`` per parameter), except that its wandb mode
 becomes ``offline`` so the run logs locally; ``wandb sync`` uploads those runs later.
+Then ``--output-dir OUTPUT_ROOT/NAME`` (NAME: the grid point's values joined by "-"), then
+every flag this script does not know, passed through to every run after the grid's own (so
+``--steps 10`` or ``--wandb-mode disabled`` wins over the sweep file's). When the runs have
+ended, ``precision_oat.compare`` prints the table of those that logged a step and writes
+OUTPUT_ROOT/comparison.md, comparison.csv and, unless ``--no-plots``, comparison_reward.png
+and comparison_mismatch.png.
 """
 
 from __future__ import annotations
@@ -16,9 +22,14 @@ import itertools
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
+
+from precision_oat.compare import compare
+from precision_oat.errors import UserError
+from precision_oat.presets import parse_args
 
 
 def grid(parameters: dict) -> list[dict]:
@@ -56,20 +67,65 @@ def offline(argv: list[str]) -> list[str]:
     return out + ["--wandb-mode=offline"]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_name(point: dict) -> str:
+    """A grid point's folder under the output root: its values in the sweep's parameter order, joined by "-"."""
+    return "-".join(str(v) for v in point.values())
+
+
+def runs_of(sweep: dict, root: Path, extra: list[str], interpreter: str) -> list[tuple[Path, list[str]]]:
+    """(folder, argv) of every grid point: the grid's command, wandb offline, the folder, then ``extra``."""
+    if any(token.split("=")[0] in ("--output-dir", "--output_dir") for token in extra):
+        raise UserError("--output-dir: each run's folder is OUTPUT_ROOT/NAME; give --output-root instead")
+    points = grid(sweep["parameters"])
+    return [(root / run_name(point), [*offline(argv), f"--output-dir={root / run_name(point)}", *extra])
+            for point, argv in zip(points, command_lines(sweep, interpreter))]
+
+
+def main_argv(argv: list[str]) -> list[str]:
+    """The flags of ``python -m precision_oat.main`` in a run's argv."""
+    i = next(i for i in range(len(argv)) if argv[i:i + 2] == ["-m", "precision_oat.main"])
+    return argv[i + 2:]
+
+
+def command_line() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False,
+                                     epilog="Any other flag is passed to every run, after the grid's own.")
     parser.add_argument("sweep", type=Path, help="a sweep file from experiments/")
     parser.add_argument("--dry-run", action="store_true", help="print the command lines without running them")
-    opts = parser.parse_args()
+    parser.add_argument("--output-root", type=Path,
+                        help="the runs go to OUTPUT_ROOT/NAME (default runs/<the sweep's name>-<time>)")
+    parser.add_argument("--no-plots", action="store_true", help="end with the comparison's table only, no figures")
+    return parser
+
+
+def main(argv=None) -> None:
+    opts, extra = command_line().parse_known_args(argv)
     sweep = yaml.safe_load(opts.sweep.read_text())
-    failed = 0
-    for argv in command_lines(sweep, interpreter=sys.executable):
-        argv = offline(argv)
+    root = opts.output_root or Path("runs") / f"{sweep.get('name', opts.sweep.stem)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        runs = runs_of(sweep, root, extra, sys.executable)
+    except UserError as e:
+        sys.exit(f"error: {e}")
+    for _, argv in runs:
+        parse_args(main_argv(argv))  # a flag the runs refuse stops the sweep here, in one line, before any run
+    failed = []
+    for folder, argv in runs:
         print(shlex.join(argv), flush=True)
-        if not opts.dry_run:
-            failed += subprocess.run(argv).returncode != 0
+        if not opts.dry_run and subprocess.run(argv).returncode != 0:
+            failed.append(folder.name)
+    if opts.dry_run:
+        return
+    logged = [folder for folder, _ in runs if (folder / "metrics.jsonl").is_file()
+              and (folder / "metrics.jsonl").read_text().strip()]
+    if logged:
+        print(f"\ncomparison of the {len(logged)} runs that logged a step:", flush=True)
+        try:
+            compare(logged, plots=not opts.no_plots, figures=root / "comparison",
+                    markdown_file=root / "comparison.md", csv_file=root / "comparison.csv")
+        except UserError as e:
+            sys.exit(f"error: {e}")
     if failed:
-        sys.exit(f"{failed} run(s) failed")
+        sys.exit(f"{len(failed)} run(s) failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

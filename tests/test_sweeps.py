@@ -8,7 +8,12 @@ that the test checks our files against wandb's rules, not against our own helper
 
 from __future__ import annotations
 
+import csv
 import itertools
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,8 @@ from precision_oat.presets import load_preset, parse_args
 from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore",
+       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 SWEEPS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "experiments").glob("sweep_*.yaml"))
 MODULE = ["-m", "precision_oat.main"]
 
@@ -56,7 +63,8 @@ def _runs(path: str) -> list[tuple[dict, list[str]]]:
 
 
 def test_sweep_files_exist():
-    assert {"experiments/sweep_sanity_dtype_x_algo.yaml", "experiments/sweep_embedded_dtype_x_algo.yaml"} <= set(SWEEPS)
+    assert {"experiments/sweep_sanity_dtype_x_algo.yaml", "experiments/sweep_embedded_dtype_x_algo.yaml",
+            "experiments/sweep_cpu_2x2.yaml"} <= set(SWEEPS)
 
 
 @pytest.mark.parametrize("path", SWEEPS)
@@ -129,3 +137,66 @@ def test_offline_runner_builds_the_same_commands(path):
     assert sweep_offline.command_lines(_load(path)) == [argv for _, argv in _runs(path)]
     for _, argv in _runs(path):
         assert parse_args(_main_argv(sweep_offline.offline(argv))).log.wandb_mode == "offline"
+
+
+def test_cpu_sweep_is_pg_and_grpo_times_fp16_and_bf16_on_cpu_named_algo_dtype():
+    runs = _runs("experiments/sweep_cpu_2x2.yaml")
+    assert [(p["algo"], p["dtype"]) for p, _ in runs] == [("pg", "fp16"), ("pg", "bf16"), ("grpo", "fp16"),
+                                                          ("grpo", "bf16")]
+    sweep_offline = load_script("experiments/sweep_offline.py")
+    assert [sweep_offline.run_name(p) for p, _ in runs] == ["pg-fp16", "pg-bf16", "grpo-fp16", "grpo-bf16"]
+    for _, argv in runs:
+        args = parse_args(_main_argv(argv))
+        assert args.model.model is None and args.task.task == "arithmetic"
+        assert args.train.device == "cpu" and args.backend == "local"
+
+
+def test_offline_flags_reach_every_run_after_the_grids_own(tmp_path):
+    sweep_offline = load_script("experiments/sweep_offline.py")
+    sweep = _load("experiments/sweep_cpu_2x2.yaml")
+    extra = ["--steps", "3", "--prompts-per-step=2", "--wandb-mode", "disabled"]
+    for (folder, argv), (point, _) in zip(sweep_offline.runs_of(sweep, tmp_path, extra, "python"), _runs(
+            "experiments/sweep_cpu_2x2.yaml")):
+        assert folder == tmp_path / f"{point['algo']}-{point['dtype']}"
+        args = parse_args(sweep_offline.main_argv(argv))
+        assert (args.algorithm.algo, args.precision.dtype) == (point["algo"], point["dtype"])
+        assert (args.train.steps, args.rollout.prompts_per_step) == (3, 2)
+        assert args.log.output_dir == folder and args.log.wandb_mode == "disabled", "the flags given win"
+    [(_, argv), *_] = sweep_offline.runs_of(sweep, tmp_path, [], "python")
+    assert parse_args(sweep_offline.main_argv(argv)).log.wandb_mode == "offline"
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--output-dir", "x"], "error: --output-dir: each run's folder is OUTPUT_ROOT/NAME; give --output-root instead"),
+    (["--steps", "-1"], "error: --steps -1:"),
+])
+def test_a_flag_the_runs_refuse_stops_the_sweep_before_any_run(flags, error, tmp_path):
+    done = subprocess.run([sys.executable, "experiments/sweep_offline.py", "experiments/sweep_cpu_2x2.yaml",
+                           "--output-root", str(tmp_path / "root"), *flags], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True)
+    assert done.returncode != 0 and done.stdout == "", done.stdout
+    assert done.stderr.splitlines()[-1].startswith(error), done.stderr
+    assert not (tmp_path / "root").exists()
+
+
+def test_the_offline_sweep_runs_the_grid_and_ends_in_the_comparison(embedded_policy_dir, tmp_path):
+    root = tmp_path / "root"
+    tiny = ["--model", str(embedded_policy_dir), "--steps", "2", "--prompts-per-step", "2", "--num-samples", "2",
+            "--max-new-tokens", "4", "--probe-dtypes", "--wandb-mode", "disabled"]
+    done = subprocess.run([sys.executable, "experiments/sweep_offline.py", "experiments/sweep_cpu_2x2.yaml",
+                           "--output-root", str(root), *tiny], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    names = ["pg-fp16", "pg-bf16", "grpo-fp16", "grpo-bf16"]
+    for name in names:
+        config = json.loads((root / name / "config.json").read_text())
+        assert (f"{config['algo']}-{config['dtype']}", config["steps"], config["wandb_mode"]) == (name, 2, "disabled")
+    # The comparison closes the output: its table (as comparison.md holds it), then the files it wrote.
+    table = (root / "comparison.md").read_text()
+    written = [root / name for name in ("comparison.md", "comparison.csv", "comparison_reward.png",
+                                        "comparison_mismatch.png")]
+    assert done.stdout.endswith(table + "".join(f"wrote {p}\n" for p in written))
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| grpo bf16", "| grpo fp16", "| pg bf16",
+                                                                        "| pg fp16"]
+    assert sorted(row["run"] for row in csv.DictReader((root / "comparison.csv").open())) == sorted(names)
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written[2:])
