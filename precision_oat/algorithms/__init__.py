@@ -4,7 +4,9 @@ Imports torch and the standard library only.
 """
 
 from .advantages import DrGRPOMixin, GRPOMixin, ReinforceMixin, RLOOMixin
-from .policy_loss import AlgorithmSpec, PolicyBatch, PolicyLoss, Stats, masked_mean, masked_sum, sequence_log_ratio
+from .policy_loss import (
+    AlgorithmSpec, Mean, PolicyBatch, PolicyLoss, Stats, masked_mean, masked_sum, sequence_log_ratio, sequence_mean,
+)
 from .corrections import (
     DivergenceMaskMixin, GeoMaskMixin, IcePopMixin, NoCorrectionMixin, SeqMISMixin, SeqTISMixin, TokenMISMixin,
     TokenTISMixin,
@@ -16,8 +18,9 @@ from .registry import ADVANTAGES, CORRECTIONS, OBJECTIVES, REDUCTIONS, register
 
 __all__ = [
     "ADVANTAGES", "CORRECTIONS", "OBJECTIVES", "RECIPES", "REDUCTIONS",
-    "AlgorithmSpec", "PolicyBatch", "PolicyLoss", "Recipe", "Stats",
+    "AlgorithmSpec", "Mean", "PolicyBatch", "PolicyLoss", "Recipe", "Stats",
     "build_policy_loss", "compose", "masked_mean", "masked_sum", "register", "resolve", "sequence_log_ratio",
+    "sequence_mean",
     "DrGRPOMixin", "GRPOMixin", "ReinforceMixin", "RLOOMixin",
     "ClipMixin", "GSPOMixin", "ISPGMixin", "TokenISPGMixin",
     "DivergenceMaskMixin", "GeoMaskMixin", "IcePopMixin", "NoCorrectionMixin", "SeqMISMixin", "SeqTISMixin",

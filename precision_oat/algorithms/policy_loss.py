@@ -26,6 +26,29 @@ import torch
 Stats = dict[str, float]
 
 
+class Mean(float):
+    """A statistic that is a mean over ``count`` items other than the batch's response tokens (its sequences).
+
+    A statistic is a plain float when it is a mean over the batch's response tokens (a token mean or a token
+    share); a mean over anything else is a ``Mean``, which carries how many items it averages. The update
+    combines the statistics of its micro-batches and ranks weighted by those counts, so a logged statistic is
+    the same however the rows are cut into forward passes (``--micro-batch-size``, ``--micro-batch-tokens``).
+    """
+
+    count: float
+
+    def __new__(cls, value: float, count: float) -> "Mean":
+        mean = super().__new__(cls, value)
+        mean.count = float(count)
+        return mean
+
+
+def sequence_mean(values: torch.Tensor) -> Mean:
+    """The mean of one value per sequence, [B], as a :class:`Mean` over B sequences."""
+    values = values if values.is_floating_point() else values.float()
+    return Mean(values.mean().item() if values.numel() else 0.0, values.numel())
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """A fully resolved algorithm: which piece fills each hook, and every constant.

@@ -49,10 +49,11 @@ class World:
 
     # --- the step's batch ---
 
-    def rows(self, n: int) -> slice:
-        """This rank's contiguous share of ``n`` items (n is a multiple of the world size)."""
+    def rows(self, n: int, rank: Optional[int] = None) -> slice:
+        """This rank's (or ``rank``'s) contiguous share of ``n`` items (n is a multiple of the world size)."""
         per_rank = n // self.size
-        return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+        rank = self.rank if rank is None else rank
+        return slice(rank * per_rank, (rank + 1) * per_rank)
 
     def share(self, items: Sequence[T]) -> tuple[int, list[T]]:
         """(index of the first item, the items) of this rank's share of ``items``."""

@@ -11,7 +11,6 @@ and its checkpoint state.
 from __future__ import annotations
 
 import math
-from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -26,7 +25,6 @@ from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.loss_scaler import LossScaler
 from precision_oat.precision.policy import Precision
-from precision_oat.rl.scoring import token_logprobs
 from precision_oat.rl.step import UpdateSettings
 
 
@@ -44,8 +42,6 @@ class PrecisionLearner(Learner):
                                            lr=train.learning_rate, betas=train.adam_betas)
         self.scaler = LossScaler(precision.loss_scaling)
         self.optimizer_steps = 0
-        self.forward_logprobs = partial(token_logprobs, self.model, temperature=settings.temperature,
-                                        chunk_size=settings.logprob_chunk_size, compiled=settings.compile)
 
     # --- the learner hooks of RLStep ---
 

@@ -12,7 +12,6 @@ DeepSpeed refuses fp16 on CPU; bf16 and fp32 run there (tests), everything on CU
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -26,7 +25,6 @@ from precision_oat.learners.learner import Learner
 from precision_oat.learners.lora import merged_lora_weights
 from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.policy import Precision
-from precision_oat.rl.scoring import token_logprobs
 from precision_oat.rl.step import UpdateSettings
 
 # Tag of the DeepSpeed checkpoint inside a checkpoint folder.
@@ -48,11 +46,13 @@ class DeepSpeedLearner(DeepSpeedHooks, Learner):
         self.model = self.engine.module
         self.model.train()
         self.trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        self.forward_logprobs = partial(token_logprobs, self.engine, temperature=settings.temperature,
-                                        chunk_size=settings.logprob_chunk_size, compiled=settings.compile)
 
     @property
     def deepspeed_engine(self):
+        return self.engine
+
+    @property
+    def forward_module(self) -> torch.nn.Module:
         return self.engine
 
     # --- the learner hooks of RLStep (the optimiser's are DeepSpeedHooks') ---

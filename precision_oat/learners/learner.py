@@ -25,6 +25,7 @@ from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.learners.lora import add_lora
 from precision_oat.precision.policy import Precision
+from precision_oat.rl.scoring import token_logprobs
 from precision_oat.rl.step import RLStep, UpdateSettings
 
 
@@ -53,6 +54,17 @@ class Learner(RLStep):
 
     def set_train(self, mode: bool) -> None:
         self.model.train(mode)
+
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
+                         response_mask=None) -> torch.Tensor:
+        s = self.settings
+        return token_logprobs(self.forward_module, input_ids, attention_mask, s.temperature, truncation, response_mask,
+                              s.logprob_chunk_size, s.compile)
+
+    @property
+    def forward_module(self) -> torch.nn.Module:
+        """What :meth:`forward_logprobs` runs: the model, or the engine that wraps it."""
+        return self.model
 
     # --- weights out ---
 

@@ -289,12 +289,14 @@ def _kept_sets(truncation: Optional[Truncation], scored: torch.Tensor):
 @torch.no_grad()
 def score(forward, input_ids: torch.Tensor, attention_mask: torch.Tensor, micro_batch_size: int,
           truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
-          micro_batch_tokens: Optional[int] = None) -> torch.Tensor:
+          micro_batch_tokens: Optional[int] = None, padding: int = 0) -> torch.Tensor:
     """``forward(ids, mask, truncation=, response_mask=) -> [b, l-1]`` over micro-batches of rows,
     assembled into [B, L-1] (0 past each row's end and wherever ``response_mask`` is 0).
 
     With ``micro_batch_tokens`` the rows are packed by length so that no micro-batch pads to
-    more tokens than that (:func:`~precision_oat.rl.microbatch.micro_batches`).
+    more tokens than that (:func:`~precision_oat.rl.microbatch.micro_batches`). ``padding`` more
+    forwards of the first row, their result dropped, follow (a rank with fewer passes than another
+    runs them: under ZeRO-3 every forward gathers the weights, with every rank).
 
     ``forward`` is e.g. ``functools.partial(token_logprobs, model, temperature=T)``.
     """
@@ -306,4 +308,7 @@ def score(forward, input_ids: torch.Tensor, attention_mask: torch.Tensor, micro_
         part = None if truncation is None else truncation.select(index, width)
         positions = None if response_mask is None else response_mask[index, :width]
         out[index, :width] = forward(ids, mask, truncation=part, response_mask=positions).float()
+    for _ in range(padding):
+        ids, mask = trim(input_ids[:1], attention_mask[:1])
+        forward(ids, mask, response_mask=None if response_mask is None else response_mask[:1, : ids.shape[1] - 1])
     return out

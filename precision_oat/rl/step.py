@@ -35,7 +35,7 @@ from precision_oat.algorithms import PolicyLoss
 from precision_oat.distributed.world import SINGLE, World
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, NonFiniteWeights, out_of_memory_explained
 from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
-from precision_oat.rl.microbatch import mean_stats
+from precision_oat.rl.microbatch import combine_stats, micro_batches, passes_on_every_rank
 from precision_oat.rl.rollout import Rollout
 from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score
 from precision_oat.rl.update_plan import policy_batch, update_plan
@@ -118,11 +118,14 @@ class RLStep(PolicyLoss):
         world = self.settings.world
         rows = torch.arange(rollout.num_sequences, device=rollout.input_ids.device)[world.rows(rollout.num_sequences)]
         truncation = None if rollout.truncation is None else rollout.truncation.select(rows, rollout.input_ids.shape[1] - 1)
+        lengths = rollout.attention_mask.sum(-1).cpu()
+        _, padding = passes_on_every_rank(world, torch.arange(rollout.num_sequences), lambda share: micro_batches(
+            share, self.settings.micro_batch_size, lengths, self.settings.micro_batch_tokens))
         self.set_train(False)
         try:
             mine = score(self.forward_logprobs, rollout.input_ids[rows], rollout.attention_mask[rows],
                          self.settings.micro_batch_size, truncation, rollout.response_mask[rows],
-                         self.settings.micro_batch_tokens)
+                         self.settings.micro_batch_tokens, padding)
         finally:
             self.set_train(True)
         return world.gather_rows(mine)
@@ -154,6 +157,7 @@ class RLStep(PolicyLoss):
         for k, mini in enumerate(plan):
             total = 0.0
             mini_stats = []
+            passes = len(mini.micro_batches) + mini.padding
             for j, micro in enumerate(mini.micro_batches):
                 batch = policy_batch(rollout, old_logprobs, advantages, micro, mini, self.forward_logprobs)
                 if not rescore:
@@ -166,13 +170,16 @@ class RLStep(PolicyLoss):
                 loss, loss_s = self.policy_loss(replace(batch, old_logprobs=batch.sampler_logprobs)
                                                 if s.bypass else batch)
                 # The loss carries the whole mini-batch's denominators; the ranks' gradients are averaged.
-                self.backward(loss * world.size, last_micro_batch=j == len(mini.micro_batches) - 1)
+                self.backward(loss * world.size, last_micro_batch=j == passes - 1)
                 total += loss.item()
-                mini_stats.append(loss_s)
-                ratio_stats.append(_ratio_decomposition(batch))
+                tokens = float(batch.mask.sum())
+                mini_stats.append((loss_s, tokens))
+                ratio_stats.append((_ratio_decomposition(batch), tokens))
+            for j in range(len(mini.micro_batches), passes):
+                self._pass_of_no_rows(rollout, mini.index[:1], last_micro_batch=j == passes - 1)
             if k == 0:
-                first.update(world.reduce({f"phantom/{key.split('/', 1)[1]}": v
-                                             for key, v in mean_stats(mini_stats).items() if key.endswith("_frac")}))
+                first.update({f"phantom/{key.split('/', 1)[1]}": v
+                              for key, v in combine_stats(mini_stats, world).items() if key.endswith("_frac")})
             if not self._stepped:
                 release_cached_memory(rollout.input_ids.device)
                 self._stepped = True
@@ -189,8 +196,8 @@ class RLStep(PolicyLoss):
             old_logprobs[rows] = world.gather_rows(old_logprobs[rows[world.rows(len(rows))]])
         stats = mismatch_metrics(rollout.sampler_logprobs, old_logprobs, rollout.response_mask)
         stats.update(mismatch_breakdown(rollout.sampler_logprobs, old_logprobs, rollout.response_mask))
-        stats.update(world.reduce(mean_stats(loss_stats)))
-        stats.update(world.reduce(mean_stats(ratio_stats)))
+        stats.update(combine_stats(loss_stats, world))
+        stats.update(combine_stats(ratio_stats, world))
         first.update(world.reduce({k: first[k] for k in ("_gap_sum", "_gap_tokens")}, "sum"))
         first.update(world.reduce({"_gap_max": first["_gap_max"]}, "max"))
         stats.update(_finish_self_gap(first))
@@ -209,6 +216,14 @@ class RLStep(PolicyLoss):
         )
         stats["perf/time/update"] = finished(rollout.input_ids.device) - scored
         return Update(stats, old_logprobs)
+
+
+    def _pass_of_no_rows(self, rollout: Rollout, row: torch.Tensor, last_micro_batch: bool) -> None:
+        """A forward and backward that change no gradient (one row, its loss times 0): the collectives of a pass,
+        for a rank that has fewer passes than another (:func:`~precision_oat.rl.microbatch.passes_on_every_rank`)."""
+        part = rollout.select(row.to(rollout.input_ids.device))
+        logprobs = self.forward_logprobs(part.input_ids, part.attention_mask, response_mask=part.response_mask)
+        self.backward(logprobs.sum() * 0.0, last_micro_batch=last_micro_batch)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 
 from precision_oat.algorithms import PolicyBatch
 from precision_oat.distributed.world import SINGLE, World
-from precision_oat.rl.microbatch import chunks, micro_batches
+from precision_oat.rl.microbatch import chunks, micro_batches, passes_on_every_rank
 from precision_oat.rl.rollout import Rollout
 
 
@@ -25,8 +25,10 @@ from precision_oat.rl.rollout import Rollout
 class MiniBatch:
     # Rows of the rollout in this optimiser step.
     index: torch.Tensor
-    # The same rows cut into forward/backward passes.
+    # This rank's share of those rows, cut into forward/backward passes.
     micro_batches: list[torch.Tensor]
+    # Passes of no rows to run after them, so that every rank runs as many (rl.microbatch.passes_on_every_rank).
+    padding: int = 0
 
 
 def update_plan(num_sequences: int, train_batch_size: Optional[int], micro_batch_size: int, num_epochs: int,
@@ -38,15 +40,16 @@ def update_plan(num_sequences: int, train_batch_size: Optional[int], micro_batch
     of each sequence, [N]) so that no micro-batch pads to more than that many tokens.
 
     With several processes the plan is the one-process plan; a rank's micro-batches cover only
-    its share of each mini-batch (``index`` stays the whole mini-batch, for the denominators).
+    its share of each mini-batch (``index`` stays the whole mini-batch, for the denominators), and
+    a rank with fewer of them than another pads with passes of no rows.
     """
     batch_size = train_batch_size or num_sequences
+    cut = lambda share: micro_batches(share, micro_batch_size, lengths, micro_batch_tokens)  # noqa: E731
     plan = []
     for _ in range(num_epochs):
         order = torch.randperm(num_sequences, generator=generator)
         for mini in chunks(order, batch_size):
-            mine = mini[world.rows(len(mini))]
-            plan.append(MiniBatch(mini, list(micro_batches(mine, micro_batch_size, lengths, micro_batch_tokens))))
+            plan.append(MiniBatch(mini, *passes_on_every_rank(world, mini, cut)))
     return plan
 
 

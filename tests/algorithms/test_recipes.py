@@ -11,7 +11,7 @@ import torch
 import precision_oat.algorithms as algorithms
 from precision_oat.algorithms import (
     ADVANTAGES, CORRECTIONS, OBJECTIVES, RECIPES, REDUCTIONS, AlgorithmSpec, ClipMixin, ConstantNormMixin,
-    DrGRPOMixin, ISPGMixin, NoCorrectionMixin, PolicyBatch, PolicyLoss, SeqMISMixin, TokenMeanMixin,
+    DrGRPOMixin, ISPGMixin, Mean, NoCorrectionMixin, PolicyBatch, PolicyLoss, SeqMISMixin, TokenMeanMixin,
     build_policy_loss, compose, register, resolve,
 )
 
@@ -153,12 +153,16 @@ def test_micro_batch_losses_and_gradients_add_up_for_every_recipe(name):
     assert full_logp.grad.abs().sum() > 0
 
 
-def test_stats_are_python_floats_with_slash_keys():
+def test_stats_are_python_floats_with_slash_keys_and_sequence_means_say_over_how_many():
     for name in PAPER_RECIPES:
         logprobs, old, sampler, adv, mask = random_batch()
         loss_fn = build_policy_loss(resolve(name, max_gen_length=8))
         _, stats = loss_fn.policy_loss(PolicyBatch(logprobs, old, sampler, adv, mask))
-        assert stats and all(type(v) is float and k.split("/")[0] in ("loss", "mismatch") for k, v in stats.items())
+        assert stats and all(type(v) in (float, Mean) and k.split("/")[0] in ("loss", "mismatch") for k, v in stats.items())
+        # A mean over sequences counts the batch's sequences; any other statistic is a token mean.
+        assert all(v.count == mask.shape[0] for v in stats.values() if type(v) is Mean)
+    _, stats = build_policy_loss(resolve("pg", max_gen_length=8)).policy_loss(PolicyBatch(*random_batch()))
+    assert type(stats["loss/is_weight_mean"]) is Mean
 
 
 def test_registering_a_piece_makes_it_resolvable_and_composable():

@@ -189,3 +189,29 @@ def test_without_rescoring_each_row_is_scored_once_and_the_update_is_the_self_co
     for key in ("mismatch/abs_logp_diff_mean", "mismatch/k3"):
         assert updates["alone"].stats[key] == pytest.approx(updates["rescoring"].stats[key], rel=1e-3, abs=1e-7)
     assert updates["alone"].stats["precision/self_gap_abs_mean"] == 0.0
+
+
+@pytest.mark.parametrize("algo", ["grpo-tis", "pg"])
+def test_every_logged_statistic_is_the_same_however_the_rollout_is_cut_into_passes(algo):
+    # Rows of different lengths (stop tokens), in bf16 so that the mismatch and its corrections bind.
+    base = tiny_model()
+    sampler = KVCacheSampler(base, torch.bfloat16)
+    completions = sampler.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=12, stop_token_ids=(1, 2, 3), seed=0))
+    rollout = collate(completions, [float(i % 3) for i in range(len(completions))], 4, pad_token_id=0)
+    lengths = rollout.attention_mask.sum(-1)
+    assert len(set(lengths.tolist())) > 2
+    cuts = (dict(micro_batch_size=16), dict(micro_batch_size=1), dict(micro_batch_size=3),
+            dict(micro_batch_size=16, micro_batch_tokens=int(lengths.max()) * 3))
+    logged = []
+    for cut in cuts:
+        learner = build(tiny_model(), dtype="fp32", algo=algo, num_samples=4, train_batch_size=8, correction_cap=2.0,
+                        **cut)
+        stats = learner.update(rollout, step=0).stats
+        logged.append({k: v for k, v in stats.items() if k.split("/")[0] in ("train", "ratio", "phantom", "mismatch",
+                                                                              "loss", "precision")})
+    first = logged[0]
+    assert any(first[k] > 0 for k in first if k.endswith("_frac")), "no share is above 0: the test would not check it"
+    for other in logged[1:]:
+        assert other.keys() == first.keys()
+        for key in first:
+            assert other[key] == pytest.approx(first[key], rel=1e-5, abs=1e-6), key

@@ -2,7 +2,7 @@
 
 import torch
 
-from ..policy_loss import AlgorithmSpec, PolicyBatch, masked_mean, masked_sum
+from ..policy_loss import AlgorithmSpec, Mean, PolicyBatch, masked_mean, masked_sum, sequence_mean
 
 
 def require_cap(algo: AlgorithmSpec, name: str) -> float:
@@ -23,8 +23,8 @@ def seq_log_ratio(batch: PolicyBatch) -> torch.Tensor:
     return masked_sum(token_log_ratio(batch), batch.mask)
 
 
-def dropped_shares(dropped: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+def dropped_shares(dropped: torch.Tensor, mask: torch.Tensor) -> tuple[float, Mean]:
     """(token share, sequence share) of what a mask dropped: dropped response tokens / response tokens,
     and responses with a dropped token / responses. ``dropped`` is bool, [B, T] or [B, 1] (whole rows)."""
     dropped = dropped.expand_as(mask) & (mask > 0)
-    return masked_mean(dropped.float(), mask).item(), dropped.any(-1).float().mean().item()
+    return masked_mean(dropped.float(), mask).item(), sequence_mean(dropped.any(-1))

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, sequence_mean
 from ..registry import register
 from ._ratio import require_cap, seq_log_ratio
 
@@ -31,7 +31,7 @@ class SeqMISMixin:
         masked_out = rho > log_cap
         weight = torch.where(masked_out, 0.0, rho.exp())
         stats = {
-            "mismatch/is_weight_mean": weight.mean().item(),
-            "mismatch/mis_mask_frac": masked_out.float().mean().item(),
+            "mismatch/is_weight_mean": sequence_mean(weight),
+            "mismatch/mis_mask_frac": sequence_mean(masked_out),
         }
         return weight[:, None], stats

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, sequence_mean
 from ..registry import register
 from ._ratio import require_cap, seq_log_ratio
 
@@ -29,7 +29,7 @@ class SeqTISMixin:
         rho = seq_log_ratio(batch)
         weight = rho.clamp(max=log_cap).exp()
         stats = {
-            "mismatch/is_weight_mean": weight.mean().item(),
-            "mismatch/tis_clip_frac": (rho > log_cap).float().mean().item(),
+            "mismatch/is_weight_mean": sequence_mean(weight),
+            "mismatch/tis_clip_frac": sequence_mean(rho > log_cap),
         }
         return weight[:, None], stats

@@ -11,7 +11,7 @@ geometric mean. Zheng et al. 2025, "Group Sequence Policy Optimization" (arXiv 2
 
 import torch
 
-from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum, sequence_mean
 from ..registry import register
 
 
@@ -36,7 +36,7 @@ class GSPOMixin:
         s = log_s.exp()
         seq_clipped = -advantages * s.clamp(low, high) > -advantages * s
         stats = {
-            "loss/clip_frac": seq_clipped.float().mean().item(),
-            "loss/seq_ratio_mean": s.mean().item(),
+            "loss/clip_frac": sequence_mean(seq_clipped),
+            "loss/seq_ratio_mean": sequence_mean(s),
         }
         return per_token, stats

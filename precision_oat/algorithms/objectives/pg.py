@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum
+from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum, sequence_mean
 from ..registry import register
 
 
@@ -34,7 +34,7 @@ class ISPGMixin:
         advantages = batch.advantages
         per_token = -(weight * advantages)[:, None] * batch.logprobs
         stats = {
-            "loss/is_weight_mean": weight.mean().item(),
-            "mismatch/is_clip_frac": (rho > log_cap).float().mean().item(),
+            "loss/is_weight_mean": sequence_mean(weight),
+            "mismatch/is_clip_frac": sequence_mean(rho > log_cap),
         }
         return per_token, stats
