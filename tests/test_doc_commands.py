@@ -3,7 +3,8 @@
 A command meant for a CPU sits in a ```bash block right after a tag such as
 ``<!-- cpu-test: --steps 1 --max-new-tokens 4 -->``; the flags of the tag are appended to each
 command of the block to shrink it. Each command runs from the repository root with this Python,
-a fresh ``--output-dir`` and, for training, ``--wandb-mode disabled``. A comment line right
+a fresh output folder (``--output-dir``, or a sweep's ``--output-root``) and, for training,
+``--wandb-mode disabled``. A comment line right
 under a command, ``# PREFIX: name 7.5x …``, quotes what it prints: the line of its output that
 starts with ``PREFIX:`` must carry the same figures.
 """
@@ -24,10 +25,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TAG = re.compile(r"^<!-- cpu-test:(.*?)-->$")
-# The modules a tagged command may run, and whether it writes an --output-dir and a wandb run.
-MODULES = {"precision_oat.main": {"output_dir": True, "wandb": True},
-           "precision_oat.mismatch": {"output_dir": True, "wandb": False},
-           "precision_oat.mismatch.preflight": {"output_dir": True, "wandb": False}}
+# The modules (``python -m``) and scripts (``python PATH``) a tagged command may run: the flag that gives it a fresh
+# output folder, if it writes one, and whether it writes a wandb run.
+MODULES = {"precision_oat.main": {"output_dir": "--output-dir", "wandb": True},
+           "precision_oat.mismatch": {"output_dir": "--output-dir", "wandb": False},
+           "precision_oat.mismatch.preflight": {"output_dir": "--output-dir", "wandb": False},
+           "precision_oat.compare": {"output_dir": None, "wandb": False}}
+SCRIPTS = {"experiments/sweep_offline.py": {"output_dir": "--output-root", "wandb": True}}
 # At least this many tagged commands: a tag lost in an edit fails here rather than going untested.
 MIN_COMMANDS = 8
 # Figures are printed to one decimal; another CPU's kernels may round the last digit differently.
@@ -44,7 +48,8 @@ class DocCommand:
 
     @property
     def module(self) -> str:
-        return self.argv[2]
+        """The module a ``python -m`` command runs, or the script a ``python PATH`` command runs."""
+        return self.argv[2] if self.argv[1] == "-m" else self.argv[1]
 
     @property
     def id(self) -> str:
@@ -79,9 +84,9 @@ def _commands_of_block(page: str, first: int, block: list[str], extra: list[str]
             continue
         argv = shlex.split(pending, comments=True)
         pending = ""
-        if argv[:2] != ["python", "-m"] or argv[2] not in MODULES:
+        if not (argv[:2] == ["python", "-m"] and argv[2] in MODULES or argv[0] == "python" and argv[1] in SCRIPTS):
             raise ValueError(f"{page}:{first + offset}: a tagged block holds only `python -m` commands of "
-                             f"{sorted(MODULES)}, not {' '.join(argv)}")
+                             f"{sorted(MODULES)} and `python` runs of {sorted(SCRIPTS)}, not {' '.join(argv)}")
         commands.append(DocCommand(page, first + offset, argv, extra))
     return commands
 
@@ -173,9 +178,10 @@ def test_the_documented_command_runs(command: DocCommand, tmp_path):
     argv = [sys.executable, *command.argv[1:], *command.extra]
     out = tmp_path / "out"
     help_only = "--help" in argv
-    if MODULES[command.module]["output_dir"] and not help_only:
-        argv += ["--output-dir", str(out)]
-    if MODULES[command.module]["wandb"] and not help_only:
+    writes = {**MODULES, **SCRIPTS}[command.module]
+    if writes["output_dir"] and not help_only:
+        argv += [writes["output_dir"], str(out)]
+    if writes["wandb"] and not help_only:
         argv += ["--wandb-mode", "disabled"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -185,3 +191,5 @@ def test_the_documented_command_runs(command: DocCommand, tmp_path):
         _check_quoted(quoted, done.stdout)
     if command.module == "precision_oat.main" and not help_only:
         _check_run_folder(out, done.stdout)
+    if command.module == "experiments/sweep_offline.py" and not help_only:
+        assert (out / "comparison.md").read_text() in done.stdout, "the sweep ends with its comparison"

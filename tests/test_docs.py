@@ -154,9 +154,12 @@ def _our_flags() -> set[str]:
     from precision_oat.mismatch.preflight import PreflightArgs
 
     benchmarks = (load_script("benchmarks/step_time.py").BenchArgs, load_script("benchmarks/scale_ladder.py").LadderArgs)
-    report = {f for action in load_script("experiments/h200/arms_report.py").command_line()._actions
-              for f in action.option_strings}
-    return {"--help"}.union(report, *(_flags_of(cls) for cls in (Args, LabArgs, PreflightArgs, *benchmarks)))
+    from precision_oat.compare.__main__ import CompareArgs
+
+    scripts = {f for script in ("experiments/h200/arms_report.py", "experiments/sweep_offline.py")
+               for action in load_script(script).command_line()._actions for f in action.option_strings}
+    return {"--help"}.union(scripts, *(_flags_of(cls) for cls in (Args, LabArgs, PreflightArgs, CompareArgs,
+                                                                  *benchmarks)))
 
 
 def test_every_flag_the_pages_name_exists():
