@@ -167,6 +167,19 @@ def test_the_command_prints_the_table_and_writes_it_as_markdown(root, tmp_path):
     assert len(table.splitlines()) == 4 and not list(tmp_path.glob("*.png"))
 
 
+def test_a_run_still_writing_is_compared_on_its_complete_rows(root, tmp_path):
+    running = tmp_path / "running"
+    running.mkdir()
+    (running / "config.json").write_text((root / "pg-fp16-s0" / "config.json").read_text())
+    (running / "metrics.jsonl").write_text((root / "pg-fp16-s0" / "metrics.jsonl").read_text() + '{"step": 5, "rew')
+    compare([running], plots=False, csv_file=tmp_path / "runs.csv", log=lambda _: None)
+    [row] = csv.DictReader((tmp_path / "runs.csv").open())
+    # Alone, its 4 steps are the window.
+    assert (row["steps"], row["window"]) == ("4", "4")
+    assert float(row["reward_last"]) == pytest.approx(by_hand(root / "pg-fp16-s0", width=4)["reward_last"],
+                                                      rel=1e-12, abs=1e-15)
+
+
 @pytest.mark.parametrize("case", ["empty folder", "missing folder", "run before its first step"])
 def test_a_folder_that_is_not_a_run_fails_in_one_line_naming_it(case, tmp_path):
     folder = tmp_path / "x"

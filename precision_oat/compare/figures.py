@@ -67,6 +67,7 @@ def draw(groups: list[Group], prefix: Path, title: str = "", smooth: int = WINDO
         raise UserError("the figures need matplotlib: pip install matplotlib, or pass --no-plots") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     styles = looks(groups)
     longest = max(r.train[-1]["step"] for g in groups for r in g.runs)
@@ -77,10 +78,13 @@ def draw(groups: list[Group], prefix: Path, title: str = "", smooth: int = WINDO
         drawn = []
         for group, (style, color, label) in zip(groups, styles):
             steps, average, low, high = curve(group, key, smooth)
-            ax.plot(steps, average, style, color=color, lw=1.4, label=label)
+            # A short curve gets its points marked: a one-step run is a point, not a line.
+            ax.plot(steps, average, style, color=color, lw=1.4, label=label, marker="o" if len(steps) < 10 else None,
+                    markersize=3)
             if len(group.runs) > 1:
                 ax.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
             drawn += low + high
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         return drawn
 
     prefix.parent.mkdir(parents=True, exist_ok=True)
