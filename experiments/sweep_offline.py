@@ -68,8 +68,9 @@ def offline(argv: list[str]) -> list[str]:
 
 
 def run_name(point: dict) -> str:
-    """A grid point's folder under the output root: its values in the sweep's parameter order, joined by "-"."""
-    return "-".join(str(v) for v in point.values())
+    """A grid point's folder under the output root: its values in the sweep's parameter order, joined by "-"
+    (a "/" in a value, a preset's path, becomes "_")."""
+    return "-".join(str(v).replace("/", "_") for v in point.values())
 
 
 def runs_of(sweep: dict, root: Path, extra: list[str], interpreter: str) -> list[tuple[Path, list[str]]]:

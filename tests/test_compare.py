@@ -97,6 +97,11 @@ def test_the_runs_evaluate_and_the_shortest_sets_the_window(root):
     header = cells(lines[0].splitlines()[0])
     assert header[6] == "reward, first 3-step mean (the shortest run has 3 steps, fewer than 10)"
     assert header[7:9] == ["reward, last 3-step mean", "reward, best 3-step mean"]
+    # A window the runs can hold needs no note.
+    lines.clear()
+    compare([root], window=2, plots=False, log=lines.append)
+    assert cells(lines[0].splitlines()[0])[6:9] == [
+        "reward, first 2-step mean", "reward, last 2-step mean", "reward, best 2-step mean"]
 
 
 def test_the_csv_holds_each_runs_figures_computed_from_its_metrics(root, tmp_path):

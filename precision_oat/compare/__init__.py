@@ -28,7 +28,7 @@ def compare(paths: list[Path], *, window: int = WINDOW, plots: bool = True, figu
         raise UserError(f"--window {window}: a reward window holds at least one step; give 1 or more")
     groups = group_runs(find_runs(paths))
     width = window_width([r for g in groups for r in g.runs], window)
-    table = "\n".join(markdown(groups, width))
+    table = "\n".join(markdown(groups, width, window))
     log(table)
     for path, text in ((markdown_file, table + "\n"), (csv_file, csv_text(groups, width))):
         if path is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -80,8 +80,6 @@ class Group:
 
     runs: list[RunRecord]
     label: str = ""
-    # The flags that tell this group from another of the same algorithm and dtype.
-    differs: dict = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -169,11 +167,10 @@ def group_runs(runs: list[RunRecord]) -> list[Group]:
         first = group.runs[0]
         peers = [g.runs[0].config for g in ordered if (g.runs[0].algo, g.runs[0].dtype) == (first.algo, first.dtype)]
         shared = set.intersection(*(set(c) for c in peers)) - NOT_THE_EXPERIMENT - {"variant", "precision_contract"}
-        keys = sorted(shared)
-        group.differs = {k: first.config[k] for k in keys if len({json.dumps(c[k]) for c in peers}) > 1}
-        shown = [f"{k}={v}" for k, v in list(group.differs.items())[:LABEL_FLAGS]]
-        if len(group.differs) > LABEL_FLAGS:
-            shown.append(f"+{len(group.differs) - LABEL_FLAGS} flags")
+        differs = [k for k in sorted(shared) if len({json.dumps(c[k]) for c in peers}) > 1]
+        shown = [f"{k}={first.config[k]}" for k in differs[:LABEL_FLAGS]]
+        if len(differs) > LABEL_FLAGS:
+            shown.append(f"+{len(differs) - LABEL_FLAGS} flags")
         variant = first.config.get("variant")
         group.label = " ".join([first.algo, first.dtype, *([variant] if variant else []), *shown])
     for group in ordered:

@@ -26,16 +26,17 @@ def cell(figure: Optional[tuple[float, float, float]], spec: str) -> str:
     return shown if format(low, spec) == format(high, spec) else f"{shown} ({format(low, spec)}–{format(high, spec)})"
 
 
-def header(width: int) -> list[str]:
-    short = "" if width == WINDOW else f" (the shortest run has {width} steps, fewer than {WINDOW})"
+def header(width: int, window: int) -> list[str]:
+    """The columns; ``width`` is the reward windows' length, ``window`` the one asked for (more when a run is shorter)."""
+    short = "" if width == window else f" (the shortest run has {width} steps, fewer than {window})"
     return ["run", "dtype", "algorithm", "correction", "seeds", "steps", f"reward, first {width}-step mean{short}",
             f"reward, last {width}-step mean", f"reward, best {width}-step mean", "held-out reward, last evaluation",
             "token mean \\|Δlogp\\|", "k3", "seq KL", "skipped steps", "s/step"]
 
 
-def markdown(groups: list[Group], width: int) -> list[str]:
+def markdown(groups: list[Group], width: int, window: int = WINDOW) -> list[str]:
     """The table's lines: one row per group; a figure over several seeds is their mean (min–max)."""
-    head = header(width)
+    head = header(width, window)
     lines = [f"| {' | '.join(head)} |", "|---" * len(head) + "|"]
     for group in groups:
         stats = group_stats(group, width)
