@@ -40,6 +40,8 @@ ReductionName = Literal[tuple(valid_names("reduction"))]  # type: ignore[valid-t
 DivergenceMeasure = Literal[tuple(ESTIMATORS)]  # type: ignore[valid-type]
 DivergenceLevel = Literal[tuple(LEVELS)]  # type: ignore[valid-type]
 
+# The largest finite fp32 number: a loss scale above it turns every scaled loss into inf.
+FP32_MAX = 3.4028234663852886e38
 # Attention kernels transformers knows by name; a "org/repo" hub kernel is accepted as is.
 ATTENTION_KERNELS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 # The templates each built-in task takes for --prompt-template.
@@ -122,6 +124,9 @@ class PrecisionArgs(Checked):
         super().check()
         checks.number(self, "initial_loss_scale", gt=0, why="the loss is multiplied by it before backward")
         checks.number(self, "min_loss_scale", gt=0, why="the floor the dynamic scale never goes below")
+        if self.initial_loss_scale > FP32_MAX:  # the floor cannot be higher: it must not exceed the initial scale
+            reject("initial_loss_scale", self.initial_loss_scale, f"must be ≤ {FP32_MAX:.4g}, fp32's largest value: "
+                   "the loss times a larger scale is inf, so every optimiser step would overflow and be skipped")
         if self.min_loss_scale > self.initial_loss_scale:
             reject("min_loss_scale", self.min_loss_scale,
                    f"must be ≤ --initial-loss-scale {self.initial_loss_scale}; lower one or raise the other")
@@ -465,6 +470,9 @@ class LogArgs(Checked):
         checks.integer(self, "profile_update", 1, why="the step whose update is profiled, counted from 1")
         checks.text(self, "wandb_project")
         checks.text(self, "run_name")
+        if self.output_dir is not None and not str(self.output_dir).strip():
+            reject("output_dir", str(self.output_dir), "is empty, which would make the current folder the run's; name "
+                   "a folder, or leave it unset for runs/<algo>-<dtype>-<time>")
         if self.output_dir is not None and Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
             reject("output_dir", self.output_dir, "is a file; pass a folder (it is created when missing)")
 
@@ -531,6 +539,12 @@ class Args(Checked):
             reject("train_batch_size", t.train_batch_size,
                    f"exceeds the {responses} responses of a step (--prompts-per-step {r.prompts_per_step} × "
                    f"--num-samples {r.num_samples}); lower it or leave it unset to use the whole rollout")
+        if t.train_batch_size is not None and responses % t.train_batch_size:
+            divisors = [d for d in range(1, responses + 1) if responses % d == 0 and d < t.train_batch_size]
+            reject("train_batch_size", t.train_batch_size,
+                   f"does not divide the {responses} responses of a step (--prompts-per-step {r.prompts_per_step} × "
+                   f"--num-samples {r.num_samples}), so each rollout's last mini-batch would be short; use a divisor "
+                   f"such as {divisors[-1]}, or leave it unset to use the whole rollout")
         _check_advantage(algorithm_spec(self), r.num_samples)
         if self.log.resume and self.log.output_dir is None:
             raise UserError("--resume needs --output-dir, the folder of the run to continue")

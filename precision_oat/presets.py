@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from precision_oat.args import Args
+from precision_oat.args import Args, LogArgs
 from precision_oat.checks import checks_deferred
 from precision_oat.errors import UserError
 
@@ -50,6 +50,9 @@ RUN_RECORDS = ("precision_contract", "resumes")
 def load_preset(path: Path | str, base: Optional[Args] = None) -> Args:
     """Args with the values of the preset at ``path`` applied on top of ``base`` (or the defaults)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"--preset {path}: is a folder; pass a YAML file such as those under args/ "
+                        "(a run's own is OUTPUT_DIR/config.json)")
     if not path.is_file():
         raise UserError(f"--preset {path}: no such file; pass a YAML file such as those under args/")
     try:
@@ -84,7 +87,8 @@ def apply_values(args: Args, values: dict[str, Any], source: str = "preset") -> 
     if isinstance(top.get("preset"), str):
         top["preset"] = Path(top["preset"])
     for key in ("output_dir",):
-        if isinstance(updates.get("log", {}).get(key), str):
+        # A blank string stays one: Path("") would be the current folder, and the check refuses it.
+        if isinstance(updates.get("log", {}).get(key), str) and updates["log"][key].strip():
             updates["log"][key] = Path(updates["log"][key])
     try:
         nested = {group: dataclasses.replace(getattr(args, group), **fields) for group, fields in updates.items()}
@@ -113,6 +117,16 @@ def _preset_path(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
+def _blank_value(argv: Sequence[str], flag: str) -> bool:
+    """True when ``flag`` is given an empty or blank value."""
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv) and not argv[i + 1].strip():
+            return True
+        if token.startswith(flag + "=") and not token.split("=", 1)[1].strip():
+            return True
+    return False
+
+
 def parse_args(argv: Optional[Sequence[str]] = None, prog: str = "python -m precision_oat.main") -> Args:
     """Parse the command line (preset first, flags on top) into :class:`Args`."""
     import tyro
@@ -123,6 +137,8 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = "python -m prec
         preset = _preset_path(argv)
         if preset is not None and "-h" not in argv and "--help" not in argv:
             default = load_preset(preset)
+        if _blank_value(argv, "--output-dir"):
+            LogArgs(output_dir="")  # tyro would read it as the current folder; the check refuses it in one line
         # tyro would print a check's failure inside its multi-line panel: build first, check once after.
         with checks_deferred():
             args = tyro.cli(Args, args=argv, default=default, prog=prog, config=(tyro.conf.OmitArgPrefixes,))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -84,6 +85,7 @@ BAD_INPUTS: list[Bad] = [
     bad("--micro-batch-tokens", "0"),
     bad("--backend", "oat", "--micro-batch-tokens", "8192", flag="--micro-batch-tokens"),
     bad("--train-batch-size", "10000", cli=True),  # more than the 32 × 8 responses of a step
+    bad("--train-batch-size", "100"),  # 256 responses: the last mini-batch would hold 56
     bad("--micro-batch-size", "0"),
     bad("--num-epochs", "0"),
     bad("--seed", "-1"),
@@ -91,6 +93,7 @@ BAD_INPUTS: list[Bad] = [
     # --- precision ---
     bad("--initial-loss-scale", "inf", cli=True),
     bad("--initial-loss-scale", "0"),
+    bad("--initial-loss-scale", "1e300", "--min-loss-scale", "1e290"),  # above fp32's largest: every step overflows
     bad("--min-loss-scale", "1e9"),  # above the initial 65536
     bad("--loss-scale-growth-factor", "1"),
     bad("--loss-scale-backoff-factor", "1"),
@@ -151,6 +154,9 @@ BAD_INPUTS: list[Bad] = [
     bad("--save-every", "0"),
     bad("--log-every", "0"),
     bad("--output-dir", "{file}", output_dir=False),
+    bad("--output-dir", "", output_dir=False),  # would make the current folder the run's
+    bad("--output-dir=", flag="--output-dir", output_dir=False),
+    bad(flag="--output-dir", preset="output_dir: ''\n", output_dir=False),
     bad("--resume", output_dir=False),
     bad("--keep-checkpoints", "0"),
     bad("--resume", "--overwrite", flag="--overwrite"),
@@ -243,6 +249,13 @@ def test_args_built_in_code_are_checked_too():
         dataclasses.replace(LogArgs(), log_every=0)
 
 
+def test_a_preset_naming_a_folder_says_so(tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--preset", str(tmp_path)])
+    assert exit_info.value.code == (f"error: --preset {tmp_path}: is a folder; pass a YAML file such as those under "
+                                    "args/ (a run's own is OUTPUT_DIR/config.json)")
+
+
 def test_preset_errors_name_the_preset_and_the_flag():
     with pytest.raises(UserError, match=r"^my preset: --steps many: must be an integer$"):
         apply_values(Args(), {"steps": "many"}, source="my preset")
@@ -307,3 +320,112 @@ def test_a_missing_stack_is_named_with_its_install_command(stack):
     install = {"oat": "bash scripts/oat_env.sh", "vllm": 'pip install -e ".[vllm]"', "deepspeed": 'pip install -e ".[deepspeed]"'}
     assert install[stack] in message
     assert set(sys.modules) == before, "probing a stack must not import anything"
+
+
+# --- bad input found once the run is set up: still one line, non-zero, nothing written ---
+
+# The smallest run of the embedded policy.
+TINY_RUN = ("--steps", "1", "--prompts-per-step", "2", "--num-samples", "2", "--max-new-tokens", "2",
+            "--wandb-mode", "disabled", "--probe-dtypes")
+# Modules of a user's own, importable from the folder the test runs in.
+USER_MODULES = {
+    "no_advantage.py": ("from precision_oat.algorithms import ISPGMixin\n"
+                        "from precision_oat.learners.builtin import PrecisionLearner\n\n\n"
+                        "class NoAdvantage(ISPGMixin, PrecisionLearner):\n    pass\n"),
+    "bad_syntax.py": "x = 1\n\ndef broken(:\n    pass\n",
+    "bad_import.py": "import os\nimport no_such_package_anywhere\n",
+}
+SET_UP_INPUTS = {
+    # flags after TINY_RUN → what the error line must hold
+    "learner class without an advantage": (("--learner-class", "no_advantage:NoAdvantage"),
+                                           "learner class NoAdvantage mixes in no advantage estimator"),
+    "module with a syntax error": (("--learner-class", "bad_syntax:X"),
+                                   "--learner-class bad_syntax:X: bad_syntax failed to import: SyntaxError at "
+                                   "{code}/bad_syntax.py:3: "),
+    "module with an import error": (("--actor-class", "bad_import:X"),
+                                    "--actor-class bad_import:X: bad_import failed to import: ModuleNotFoundError at "
+                                    "{code}/bad_import.py:2: No module named 'no_such_package_anywhere'"),
+    "prompts over --max-prompt-length": (("--max-prompt-length", "3"), "--max-prompt-length 3: "),
+}
+
+
+def run_cli(argv: list[str]) -> str:
+    """The one line ``python -m precision_oat.main`` exits with, run through its entry in this process."""
+    from precision_oat.main import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli(argv)
+    message = exit_info.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+@pytest.fixture
+def user_code(tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    for name, text in USER_MODULES.items():
+        (code / name).write_text(text)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.chdir(code)
+    return code
+
+
+@pytest.mark.parametrize("case", SET_UP_INPUTS)
+def test_bad_input_found_at_set_up_is_one_line_and_writes_nothing(case, tmp_path, user_code, embedded_policy_dir):
+    flags, expected = SET_UP_INPUTS[case]
+    out = tmp_path / "run"
+    message = run_cli(["--model", str(embedded_policy_dir), *TINY_RUN, "--output-dir", str(out), *flags])
+    assert expected.format(code=user_code) in message, message
+    assert not out.exists()
+
+
+def test_an_output_dir_that_cannot_be_created_is_one_line(embedded_policy_dir):
+    message = run_cli(["--model", str(embedded_policy_dir), *TINY_RUN, "--output-dir", "/proc/self/run"])
+    assert message.startswith("error: --output-dir /proc/self/run: cannot be created or written (FileNotFoundError")
+
+
+def test_a_run_whose_every_optimiser_step_overflowed_exits_nonzero(tmp_path, embedded_policy_dir):
+    # 1e38 fits fp32, but the fp16 trainer's gradients overflow at any scale near it: both steps are skipped.
+    # (8 prompts × 4 samples: rewards that differ within a group, so the gradients are not all zero.)
+    out = tmp_path / "run"
+    message = run_cli(["--model", str(embedded_policy_dir), *TINY_RUN, "--steps", "2", "--prompts-per-step", "8",
+                       "--num-samples", "4", "--max-new-tokens", "4", "--output-dir", str(out),
+                       "--initial-loss-scale", "1e38", "--min-loss-scale", "1e37"])
+    assert message.startswith("error: every optimiser step of the run overflowed and was skipped (2)"), message
+    assert "--initial-loss-scale" in message
+    # The run itself is kept: its metrics show the skipped steps.
+    assert (out / "summary.json").is_file()
+
+
+def test_resuming_with_another_learner_class_than_the_run_is_refused(tmp_path, user_code, embedded_policy_dir):
+    from precision_oat.algorithms import GRPOMixin
+    from precision_oat.backends.local.driver import train
+    from tests.backends.helpers import make_args
+
+    (user_code / "grpo_learner.py").write_text(USER_MODULES["no_advantage.py"].replace(
+        "class NoAdvantage(ISPGMixin,", "from precision_oat.algorithms import GRPOMixin\n\n\n"
+        "class Mine(ISPGMixin, GRPOMixin,"))
+    from grpo_learner import Mine
+
+    assert issubclass(Mine, GRPOMixin)
+    out = tmp_path / "run"
+    train(make_args(model=str(embedded_policy_dir), steps=1, output_dir=str(out)), learner_class=Mine)
+    config = json.loads((out / "config.json").read_text())
+    assert config["learner_class"] == "grpo_learner:Mine"
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # The command line without the class: the stock learner would continue the run.
+    base = ["--model", str(embedded_policy_dir), "--output-dir", str(out), "--resume", "--steps", "2",
+            *(f"--{k.replace('_', '-')}={v}" for k, v in (("prompts_per_step", 8), ("num_samples", 4),
+                                                           ("max_new_tokens", 4), ("log_every", 1000))),
+            "--wandb-mode", "disabled", "--probe-dtypes"]
+    message = run_cli(base)
+    assert message == (f"error: --resume: the run in {out} was trained with the learner class grpo_learner:Mine and "
+                       "this command gives none; resume with --learner-class grpo_learner:Mine (from Python: "
+                       "train(args, learner_class=…)), or start a new run in another --output-dir")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    # The fix the line names works.
+    from precision_oat.main import cli
+
+    cli([*base, "--learner-class", "grpo_learner:Mine"])
+    assert json.loads((out / "config.json").read_text())["resumes"][0]["step"] == 1

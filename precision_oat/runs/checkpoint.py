@@ -37,6 +37,7 @@ import torch
 from precision_oat.distributed.world import SINGLE, World
 from precision_oat.errors import UserError
 from precision_oat.quiet import quiet_save
+from precision_oat.runs.folder import RUN_MARKER, holds_run
 
 STEP_FOLDER = re.compile(r"^step_(\d+)$")
 # What a torn, truncated or half-written checkpoint raises while loading.
@@ -123,6 +124,9 @@ def latest_checkpoint(output_dir: Path) -> Optional[Path]:
 
 def require_checkpoint(output_dir: Path) -> Path:
     """The newest checkpoint for ``--resume``, or a :class:`UserError` saying why there is none."""
+    if not holds_run(output_dir):
+        raise UserError(f"--resume: {output_dir} holds no precision-oat run ({RUN_MARKER} is missing); "
+                        "start the run without --resume, or pass the --output-dir of the run to continue")
     folder = latest_checkpoint(output_dir)
     if folder is None:
         root = output_dir / "checkpoints"

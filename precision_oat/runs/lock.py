@@ -22,9 +22,13 @@ class RunLock:
 
     def __init__(self, folder: Path):
         self._fd: Optional[int] = None
-        folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / LOCK_FILE
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise UserError(f"--output-dir {folder}: cannot be created or written ({type(e).__name__}: "
+                            f"{e.strerror or e}); pass a folder in a place you can write") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

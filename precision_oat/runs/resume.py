@@ -20,7 +20,7 @@ from precision_oat.args import Args
 from precision_oat.checks import flag, shown
 from precision_oat.errors import UserError
 from precision_oat.presets import to_values
-from precision_oat.runs.folder import write_json
+from precision_oat.runs.folder import is_unmarked_run, mark_run, write_json
 
 SAFE_ON_RESUME = frozenset({
     # the length of the run: more steps extend it
@@ -38,6 +38,8 @@ SAFE_ON_RESUME = frozenset({
     # the fp16 preflight runs before a new run only
     "skip_fp16_preflight", "fp16_preflight_margin",
 })
+# The classes given as --learner-class / --actor-class or to train() (recorded as module:qualname).
+CLASS_FLAGS = ("learner_class", "actor_class")
 # How this command starts, not what the run is.
 NOT_COMPARED = frozenset({"output_dir", "resume", "overwrite", "preset"})
 
@@ -79,6 +81,15 @@ def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
     """
     changes = changed_flags(read_config(out), args)
     refused = {name: values for name, values in changes.items() if name not in SAFE_ON_RESUME}
+    for name in CLASS_FLAGS:
+        if name in refused:
+            old, new = refused[name]
+            kind = name.split("_")[0]
+            fix = f"resume with {flag(name)} {old}" if old is not None else f"resume without {flag(name)}"
+            raise UserError(f"--resume: the run in {out} was trained with the {kind} class "
+                            f"{old or f'of --{kind} (none given)'} and this command gives "
+                            f"{new or 'none'}; {fix} (from Python: train(args, {name}=…)), or start a new run in "
+                            "another --output-dir")
     if refused:
         listed = ", ".join(f"{flag(n)} {shown(new)} (the run has {shown(old)})" for n, (old, new) in refused.items())
         raise UserError(f"--resume: {listed} would change what the run computes; resume with the run's values "
@@ -99,6 +110,8 @@ def record_resume(out: Path, args: Args, step: int) -> None:
     config = read_config(out)
     changes = changed_flags(config, args)
     config["resumes"] = [*config.get("resumes", []), {"step": step, "changed": changes}]
+    if is_unmarked_run(out):
+        mark_run(out)  # a run from before the marker: resuming makes it a marked one
     write_json(out / "config.json", config)
 
 

@@ -11,6 +11,7 @@ from precision_oat.args import RolloutArgs
 from precision_oat.backends.local.driver import train
 from precision_oat.errors import UserError
 from precision_oat.rl.actor import PrecisionActor
+from precision_oat.runs.folder import start_new_run
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.tasks.arithmetic import ArithmeticTask, char_tokenizer
 from tests.conftest import tiny_model
@@ -39,7 +40,10 @@ def test_dataset_without_the_named_column(tmp_path, embedded_policy_dir):
         train(make_args(model=str(embedded_policy_dir), task="math", prompt_data=str(data), output_dir=str(tmp_path / "o")))
 
 
-def test_resume_without_a_checkpoint(tmp_path):
+def test_resume_without_a_run_or_without_a_checkpoint(tmp_path):
+    with pytest.raises(ValueError, match="--resume: .* holds no precision-oat run"):
+        train(make_args(resume=True, output_dir=str(tmp_path)))
+    start_new_run(tmp_path, make_args(output_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="--resume: no checkpoint"):
         train(make_args(resume=True, output_dir=str(tmp_path)))
 
@@ -103,9 +107,13 @@ def test_deepspeed_fp16_on_cpu_is_refused_naming_the_flag_before_writing_anythin
 
 def test_a_folder_whose_run_stopped_before_its_first_step_takes_the_corrected_command(tmp_path, embedded_policy_dir):
     out = tmp_path / "run"
+    # A prompt over the limit is found before the folder is claimed.
     with pytest.raises(UserError, match="--max-prompt-length 3"):
         train(make_args(model=str(embedded_policy_dir), max_prompt_length=3, steps=1, output_dir=str(out)))
-    assert (out / "config.json").is_file() and not (out / "checkpoints").exists()
+    assert not out.exists()
+    # What a run that stopped later before its first step leaves (a refused fp16 preflight, say): its claim.
+    out.mkdir()
+    start_new_run(out, make_args(model=str(embedded_policy_dir), max_prompt_length=3, steps=1, output_dir=str(out)))
     summary = train(make_args(model=str(embedded_policy_dir), steps=1, output_dir=str(out)))
     assert summary["steps"] == 1
     assert json.loads((out / "config.json").read_text())["max_prompt_length"] == 512

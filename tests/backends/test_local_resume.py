@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
@@ -72,3 +73,43 @@ def test_resume_skips_a_checkpoint_without_learner_state_and_a_dangling_latest(t
     assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3, 4]
     assert json.loads((tmp_path / "config.json").read_text())["resumes"] == [{"step": 2, "changed": {"steps": [3, 4]}}]
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000004"
+
+
+PLAIN = (torch.Tensor, str, int, float, bool, type(None))
+
+
+def plain(value) -> bool:
+    """True when ``value`` is made of tensors, numbers, strings, None, and dicts / lists / tuples of them."""
+    if isinstance(value, dict):
+        return all(plain(k) and plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(plain(v) for v in value)
+    return isinstance(value, PLAIN)
+
+
+def test_a_builtin_run_saves_plain_values_and_resumes_loading_only_with_weights_only(tmp_path, embedded_policy_dir,
+                                                                                     monkeypatch):
+    common = dict(model=str(embedded_policy_dir), dtype="fp16", save_every=1, output_dir=str(tmp_path))
+    train(make_args(**common, steps=2))
+    saved = sorted((tmp_path / "checkpoints").rglob("*.pt"))
+    assert [p.name for p in saved] == ["learner_state.pt", "trainer_state.pt"] * 2
+    for path in saved:
+        assert plain(torch.load(path, weights_only=True)), path
+    # Every torch.load of the resume, the real one, recorded.
+    loads, real_load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append((a[0], k.get("weights_only"))) or real_load(*a, **k))
+    train(make_args(**common, steps=3, resume=True))
+    assert {Path(path).name for path, _ in loads} == {"learner_state.pt", "trainer_state.pt"}
+    assert all(weights_only is True for _, weights_only in loads), loads
+    assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3]
+
+
+def test_a_run_from_before_the_marker_resumes_and_is_marked(tmp_path, embedded_policy_dir):
+    from precision_oat.runs.folder import RUN_MARKER
+
+    common = dict(model=str(embedded_policy_dir), output_dir=str(tmp_path))
+    train(make_args(**common, steps=1))
+    (tmp_path / RUN_MARKER).unlink()  # as a run written before the marker existed
+    train(make_args(**common, steps=2, resume=True))
+    assert (tmp_path / RUN_MARKER).is_file()
+    assert [r["step"] for r in rows(tmp_path)] == [1, 2]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import traceback
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -24,8 +25,9 @@ from typing import Optional
 import torch
 
 from precision_oat import stacks
-from precision_oat.algorithms import AlgorithmSpec, compose
+from precision_oat.algorithms import AlgorithmSpec, PolicyLoss, compose
 from precision_oat.args import Args, algorithm_spec
+from precision_oat.checks import checks_deferred
 from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
 from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_explained
@@ -33,7 +35,7 @@ from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_process_group
 from precision_oat.learners.learner import compile_layers
 from precision_oat.mismatch.preflight import before_fp16_run
-from precision_oat.models import load_policy, resolve_device
+from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.precision.lm_head import head_is_tied
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
@@ -41,13 +43,14 @@ from precision_oat.presets import to_values
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.rl.step import UpdateSettings
 from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
-from precision_oat.runs.folder import config_values, output_dir_for, record_contract, start_new_run
+from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, record_contract, start_new_run
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.resume import check_resume, record_resume
 from precision_oat.samplers import build_sampler
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 from precision_oat.tasks import build_task
+from precision_oat.tasks.task import Task
 
 
 def train(args: Args, learner_class: Optional[type] = None, actor_class: Optional[type] = None) -> dict:
@@ -64,12 +67,17 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     actor_class = actor_class or imported_class("actor_class", args.train.actor_class) or PrecisionActor
     check_classes(args, learner_class, actor_class)
     check_before_start(args, precision)
+    args = with_class_names(args, learner_class, actor_class)
     world, device = processes(args)
     out = world.broadcast(output_dir_for(args))
     check_same_config(world, config_values(out, args))
     newest = require_checkpoint(out) if args.log.resume else None
     if newest is not None:
         check_world_size(newest, world)
+    elif world.is_main:
+        check_new_run(out, args)  # read only: a folder that is refused is refused before the model loads
+    # The model and the task load before the folder is claimed, so a prompt over the limit writes nothing.
+    workload = load_workload(args, world)
     # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
     with RunLock(out) if world.is_main else nullcontext():
         finished = None
@@ -81,12 +89,27 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
         finished = world.broadcast(finished)
         if finished is not None:
             return finished
-        run = build_run(out, args, precision, spec, device, world, learner_class, actor_class)
+        run = build_run(out, args, precision, spec, device, world, learner_class, actor_class, *workload)
         return run_steps(run, args.train, args.rollout, args.eval, args.log)
 
 
+def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
+    """The policy, the task and its training prompts, checked against the length limits and the process layout."""
+    torch.manual_seed(args.train.seed)
+    random.seed(args.train.seed)
+    policy = load_policy(args.model)
+    task = build_task(args.task, args.eval, policy.tokenizer)
+    task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
+    check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
+                 args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
+    examples = task.train_set()
+    check_prompt_lengths([len(encode_prompt(task, policy.tokenizer, e)) for e in examples],
+                         args.rollout.max_prompt_length)
+    return policy, task, examples
+
+
 def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, device: torch.device, world: World,
-              learner_class: Optional[type], actor_class: type) -> Run:
+              learner_class: Optional[type], actor_class: type, policy: Policy, task: Task, examples: list) -> Run:
     """The parts of a run in its claimed folder ``out`` (config.json is written, a resume has been checked)."""
     say = print if world.is_main else (lambda *a, **k: None)
     algorithm = (f"{spec.advantage} / {spec.objective} / {spec.correction} / {spec.reduction}"
@@ -95,19 +118,11 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
         f"learner {args.train.learner} · device {device}" + (f" · {world.size} processes" if world.size > 1 else "") +
         f"\nprecision policy:\n{precision.describe()}", flush=True)
 
-    torch.manual_seed(args.train.seed)
-    random.seed(args.train.seed)
-    policy = load_policy(args.model)
     # Whether an fp32 lm_head keeps its own fp32 weight depends on the model: a tied one cannot.
     head_tied = head_is_tied(policy.model)
     say(f"precision contract: {precision.describe_contract(head_tied)}", flush=True)
     if world.is_main and not args.log.resume:
         record_contract(out, precision.contract(head_tied))
-    task = build_task(args.task, args.eval, policy.tokenizer)
-    task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
-    check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
-                 args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
-    examples = task.train_set()
     if not args.log.resume and world.is_main:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
         responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,
@@ -123,7 +138,8 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
                             partial_pushes=args.lora.lora_rank > 0)
     learner = build_learner(args, policy.model, precision, spec, device, world, learner_class)
     actor = actor_class(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
-    check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
+    if type(actor).encode is not PrecisionActor.encode:  # an actor of its own may render prompts its own way
+        check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
 
     start_step = 0
     if args.log.resume:
@@ -178,26 +194,60 @@ def imported_class(name: str, spec: Optional[str]) -> Optional[type]:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name is None or not module_name.startswith(e.name):
-            raise  # the module exists and failed inside: a bug of its own, with its traceback
+            raise UserError(f"{flag} {spec}: {module_name} failed to import: {where_it_failed(e)}") from e
         raise UserError(f"{flag} {spec}: no module {module_name!r} on the path; run from the folder that holds "
                         f"{module_name.replace('.', '/')}.py, or install it") from e
+    except (SyntaxError, ImportError) as e:
+        # The module's own bug: one line that still finds it (the cause stays attached).
+        raise UserError(f"{flag} {spec}: {module_name} failed to import: {where_it_failed(e)}") from e
     found = getattr(module, class_name, None)
     if not isinstance(found, type):
         raise UserError(f"{flag} {spec}: {module_name} has no class {class_name!r}")
     return found
 
 
+def where_it_failed(error: BaseException) -> str:
+    """``Type at file:line: message`` of an import's failure: the file and line of a syntax error, else the deepest frame."""
+    if isinstance(error, SyntaxError):
+        return f"{type(error).__name__} at {error.filename}:{error.lineno}: {error.msg}"
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
+    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}{at}: {(str(error).splitlines() or [''])[0]}"
+
+
+# The hooks an algorithm has no neutral choice for, and the mixins that fill them.
+REQUIRED_HOOKS = (("compute_advantages", "advantage estimator", "GRPOMixin"), ("objective", "objective", "ISPGMixin"))
+
+
 def check_classes(args: Args, learner_class: Optional[type], actor_class: type) -> None:
-    """A learner class must derive from ``--learner``'s base; an actor class from the shared actor."""
+    """A learner class must derive from ``--learner``'s base and fill every hook; an actor class derive from the shared actor."""
     if learner_class is not None:
         base = learner_base(args.train.learner)
         if not issubclass(learner_class, base):
             raise UserError(f"learner class {learner_class.__qualname__} does not derive from {base.__name__}, the "
                             f"base of --learner {args.train.learner}; derive it from {base.__name__} or pick the "
                             "--learner whose base it has")
+        for hook, piece, example in REQUIRED_HOOKS:
+            if getattr(learner_class, hook) is getattr(PolicyLoss, hook):
+                raise UserError(f"learner class {learner_class.__qualname__} mixes in no {piece} (no {hook}); put "
+                                f"one before its base, e.g. class {learner_class.__name__}({example}, …, "
+                                f"{base.__name__}) (docs/extending.md)")
     if not issubclass(actor_class, PrecisionActor):
         raise UserError(f"actor class {actor_class.__qualname__} does not derive from "
                         "precision_oat.rl.actor.PrecisionActor")
+
+
+def with_class_names(args: Args, learner_class: Optional[type], actor_class: type) -> Args:
+    """``args`` naming the classes handed to :func:`train` as ``module:qualname``, so config.json records them."""
+    names = {}
+    if learner_class is not None and args.train.learner_class is None:
+        names["learner_class"] = f"{learner_class.__module__}:{learner_class.__qualname__}"
+    if actor_class is not PrecisionActor and args.train.actor_class is None:
+        names["actor_class"] = f"{actor_class.__module__}:{actor_class.__qualname__}"
+    if not names:
+        return args
+    with checks_deferred():  # a class defined in a function has a qualname no flag could spell; it is recorded as is
+        return replace(args, train=replace(args.train, **names))
 
 
 def check_before_start(args: Args, precision: Precision) -> None:

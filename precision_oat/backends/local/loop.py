@@ -25,6 +25,7 @@ import torch
 
 from precision_oat.args import EvalArgs, LogArgs, RolloutArgs, TrainArgs
 from precision_oat.distributed.world import World
+from precision_oat.errors import UserError
 from precision_oat.models import Policy
 from precision_oat.precision.mismatch_metrics import mismatch_histograms
 from precision_oat.precision.policy import Precision
@@ -135,7 +136,18 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
         (run.out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, run.out, probe)
     write_json(run.out / "summary.json", summary)  # atomic: its presence marks the run finished
+    check_some_step_applied(log.history[-1])
     return summary
+
+
+def check_some_step_applied(last: dict) -> None:
+    """Fail the run (after its summary) when every optimiser step it took overflowed and was skipped."""
+    skipped = last.get("train/skipped_steps", 0.0)
+    if skipped and not last.get("train/optimizer_steps", 1.0):
+        raise UserError(f"every optimiser step of the run overflowed and was skipped ({skipped:.0f}), so the weights "
+                        f"never changed (loss scale now {last.get('train/loss_scale', 1.0):g}); lower "
+                        "--initial-loss-scale and --min-loss-scale, or find the inf/nan in the gradients "
+                        "(train/grad_norm in metrics.jsonl)")
 
 
 def evaluate_only(actor: PrecisionActor, evaluation: EvalArgs, log: Optional[RunLog], out: Path) -> dict:
