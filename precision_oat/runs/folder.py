@@ -19,8 +19,8 @@ RUN_MARKER = "precision-oat-run.json"
 RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "mismatch_probe.json", "checkpoints",
              "preflight.json", "preflight.txt", "profile.json", "wandb", "vllm_init", "initial_model", "oat",
              "learner_error.txt")
-# What a run's description names, when present.
-RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
+# What the one-line description of a run names, when present.
+DESCRIBED = ("config.json", "metrics.jsonl", "checkpoints")
 # Keys of a config.json this library wrote (a run from before the marker is recognised by them).
 CONFIG_KEYS = ("precision_contract", "algo", "dtype", "output_dir")
 
@@ -60,7 +60,7 @@ def is_unmarked_run(out: Path) -> bool:
 
 
 def mark_run(out: Path) -> None:
-    """Write the marker that makes ``out`` a run folder (and the files of RUN_FILES in it this library's)."""
+    """Write the marker that makes ``out`` a run's folder: the names of RUN_FILES in it are then this library's files."""
     write_json(out / RUN_MARKER, {"written_by": "precision-oat", "meaning": "this folder holds a precision-oat run; "
                                   "--overwrite deletes only the files a run writes"})
 
@@ -97,7 +97,8 @@ def check_new_run(out: Path, args: Args) -> list[str]:
                 "and a run would write over them; pass another --output-dir or move them away (--overwrite deletes "
                 "only a run's own files)"
             )
-    found = [name for name in RUN_MARKERS if (out / name).exists()] if holds_run(out) else []
+        return []
+    found = [name for name in DESCRIBED if (out / name).exists()]
     if found and stopped_before_first_step(out):
         return found
     if found and not args.log.overwrite:

@@ -84,12 +84,11 @@ def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
     for name in CLASS_FLAGS:
         if name in refused:
             old, new = refused[name]
-            kind = name.split("_")[0]
-            fix = f"resume with {flag(name)} {old}" if old is not None else f"resume without {flag(name)}"
-            raise UserError(f"--resume: the run in {out} was trained with the {kind} class "
-                            f"{old or f'of --{kind} (none given)'} and this command gives "
-                            f"{new or 'none'}; {fix} (from Python: train(args, {name}=…)), or start a new run in "
-                            "another --output-dir")
+            fix = (f"resume with {flag(name)} {old} (from Python: train(args, {name}=…))" if old is not None
+                   else f"resume without {flag(name)} or {name}=")
+            raise UserError(f"--resume: the run in {out} was trained with the {name.split('_')[0]} class "
+                            f"{old or 'none (the stock one)'} and this command gives {new or 'none'}; {fix}, or start "
+                            "a new run in another --output-dir")
     if refused:
         listed = ", ".join(f"{flag(n)} {shown(new)} (the run has {shown(old)})" for n, (old, new) in refused.items())
         raise UserError(f"--resume: {listed} would change what the run computes; resume with the run's values "
