@@ -40,3 +40,23 @@ def test_without_a_budget_micro_batches_are_consecutive_slices_of_micro_batch_si
     for mini in plan(micro_batch_size=4, budget=None):
         assert [len(m) for m in mini.micro_batches] == [4, 2]
         assert torch.equal(torch.cat(mini.micro_batches), mini.index)
+
+
+def test_every_rank_runs_as_many_passes_as_the_rank_with_the_most():
+    from precision_oat.distributed.world import World
+
+    def ranks_plan(budget):
+        return [update_plan(len(LENGTHS), 6, 64, 2, torch.Generator().manual_seed(0), World(rank, 2), LENGTHS, budget)
+                for rank in range(2)]
+
+    for budget in (None, 128, 60):
+        plans = ranks_plan(budget)
+        for minis in zip(*plans):
+            # Each rank packs its own half of the mini-batch, and both halves together are the mini-batch …
+            assert sorted(torch.cat([m for mini in minis for m in mini.micro_batches]).tolist()) == \
+                sorted(minis[0].index.tolist())
+            # … and pads its passes to the other rank's number.
+            assert len({len(mini.micro_batches) + mini.padding for mini in minis}) == 1
+            assert min(mini.padding for mini in minis) == 0
+    # Packing long and short rows apart gives the ranks different numbers of passes: the padding is needed.
+    assert any(mini.padding for plan_ in ranks_plan(60) for mini in plan_)

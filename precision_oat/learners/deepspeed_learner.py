@@ -55,14 +55,23 @@ class DeepSpeedLearner(DeepSpeedHooks, Learner):
     def forward_module(self) -> torch.nn.Module:
         return self.engine
 
+    def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
+                         response_mask=None) -> torch.Tensor:
+        # What DeepSpeedEngine.forward does first, since the scoring runs the model's body and its head in chunks
+        # rather than through it: ZeRO-3 counts a micro-step there, and without the count it overwrites the
+        # gradient partitions at every backward instead of accumulating them (its step then sees the last pass only).
+        clear = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
+        if clear is not None:
+            clear()
+        return super().forward_logprobs(input_ids, attention_mask, truncation, response_mask)
+
     # --- the learner hooks of RLStep (the optimiser's are DeepSpeedHooks') ---
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
+        # DeepSpeed's own pattern for a boundary set by hand: no step() until the last backward. A step() between
+        # boundaries drops ZeRO-3's accumulated gradient partitions (its update then sees the last micro-batch only).
         self.engine.set_gradient_accumulation_boundary(last_micro_batch)
         self.engine.backward(loss)
-        if not last_micro_batch:
-            # Between boundaries DeepSpeed's step only counts the micro-batch.
-            self.engine.step()
 
     # --- weights out ---
 

@@ -106,3 +106,17 @@ def test_learning_step_stops_when_the_fp32_masters_are_nan(oat_args, zero_stage)
     learner.pi_buffer.extend(transitions)
     with pytest.raises(NonFiniteWeights, match="the optimiser step made weights inf/NaN"):
         learner.learn(1)
+
+
+def test_a_subclass_overrides_every_hook_of_the_oat_learner(oat_args):
+    from tests.backends.test_learner_hooks import HOOKS, recording_subclass
+
+    args = oat_args("--dtype", "fp32", "--algo", "grpo-tis", *FLAGS)
+    calls: list[str] = []
+    learner = recording_subclass(compose(args.algorithm, OatLearner), calls)(1, 0, 0, args.master_addr, 0, True, args,
+                                                                            [], None)
+    learner._init(args, [])
+    _, _, transitions = learner_and_rollout(oat_args, "fp32")
+    learner.pi_buffer.extend(transitions)
+    learner.learn(1)
+    assert set(calls) == set(HOOKS), sorted(set(HOOKS) - set(calls))
