@@ -1,6 +1,7 @@
 """precision-oat against TRL on one GPU: the same GRPO run through each, timed, its memory and mismatch measured.
 
     python benchmarks/peer_trl.py --model <SmolLM2 HF folder> --dtypes bf16 fp16 --steps 15 --output <folder>
+    python benchmarks/peer_trl.py --output <folder> --report-only     # the figures and the table again, from its files
 
 For each dtype TRL's GRPOTrainer runs first (vLLM in colocate mode, the setting TRL documents for one
 GPU), then precision-oat's own command (``python -m precision_oat.main --algo grpo --sampler vllm
@@ -19,7 +20,7 @@ GPU), then precision-oat's own command (``python -m precision_oat.main --algo gr
 
 Recorded per framework, the first ``--warmup-steps`` steps left out of every time:
     step_s          median wall time of an optimiser step (TRL: between the trainer's step ends;
-                    precision-oat: its perf/time/* parts summed)
+                    precision-oat: its perf/time/* parts summed, less the last step's checkpoint save)
     parts_s         median per part: sample (vLLM's generate), score (π_old, and the rewards), update
                     (forward/backward and the optimiser step), sync (weights into vLLM), other
     tokens_per_s    generated tokens / the timed steps' wall time
@@ -51,9 +52,13 @@ Dtype = Literal["bf16", "fp16"]
 Framework = Literal["trl", "precision-oat"]
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 PARTS = ("sample", "score", "update", "sync", "other")
-# precision-oat's perf/time/* parts under the names above (the reward's grading counts as scoring, as in TRL).
+# precision-oat's perf/time/* parts under the names above: the reward's grading counts as scoring, as in TRL, and
+# writing the metrics as other; perf/time/save (the checkpoint at the last step) is left out, since TRL saves none.
 OURS_PARTS = {"sample": ("sample",), "score": ("score", "reward"), "update": ("update",), "sync": ("sync",),
-              "other": ("other",)}
+              "other": ("other", "log")}
+COLUMNS = ("dtype", "framework", "steps timed", "step s", "sample / score / update / sync / other s",
+           "mean response tokens", "generated tok/s", "GPU peak GiB (nvidia-smi)", "own mismatch",
+           "lab token \\|Δlogp\\|", "lab k3", "reward first / last")
 LAB_KEYS = ("abs_logp_diff_mean", "k3", "seq_kl", "seq_logratio_std")
 TRL_OWN_KEYS = ("sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
                 "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
@@ -66,7 +71,7 @@ class PeerArgs:
     """Run TRL's GRPOTrainer and precision-oat's GRPO on one GPU with the same model, prompts and settings."""
 
     # The HF folder of the model (fp32 weights); each dtype's run gets a copy saved in that dtype.
-    model: Path
+    model: Optional[Path] = None
     # Dtypes to compare, one TRL run and one precision-oat run each.
     dtypes: tuple[Dtype, ...] = ("bf16",)
     # Frameworks to run, in this order.
@@ -97,11 +102,15 @@ class PeerArgs:
     output: Path = Path("benchmarks/results/peer_trl")
     # Run TRL alone, in this process, on this checkpoint (in --dtypes' first dtype); the comparison sets it for its child.
     trl_checkpoint: Optional[Path] = None
+    # Run nothing: rebuild peer_trl.json's figures and the table from the runs already in --output.
+    report_only: bool = False
 
     def check(self) -> None:
         """Refuse settings the two frameworks cannot share (one line naming the flag)."""
         from precision_oat.errors import UserError
 
+        if self.model is None and not self.report_only:
+            raise UserError("--model: give the HF folder of the model both frameworks train")
         rows = self.prompts_per_step * self.num_samples
         if self.micro_batch_size < 1 or rows % self.micro_batch_size:
             raise UserError(f"--micro-batch-size {self.micro_batch_size}: it must divide the step's {rows} responses "
@@ -330,11 +339,9 @@ def own_text(own: dict) -> str:
     return "–"
 
 
-def table(results: dict) -> str:
-    """One Markdown row per dtype and framework, then the ratios."""
-    head = ("| dtype | framework | steps timed | step s | sample / score / update / sync / other s | generated tok/s "
-            "| GPU peak GiB (nvidia-smi) | own mismatch | lab token \\|Δlogp\\| | lab k3 | reward first / last |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+def table(results: dict, responses: int) -> str:
+    """One Markdown row per dtype and framework (``responses`` a step), then the ratios."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for dtype, runs in results.items():
         for name in ("trl", "precision-oat"):
             run = runs.get(name)
@@ -342,13 +349,14 @@ def table(results: dict) -> str:
                 continue
             s = run.get("summary", {})
             if "step_s" not in s:
-                lines.append(f"| {dtype} | {name} | – | did not run ({run.get('exit')}) | | | | | | | |")
+                lines.append(f"| {dtype} | {name} | – | did not run ({run.get('exit')}) |" + " |" * (len(COLUMNS) - 4))
                 continue
             split = " / ".join(f"{s['parts_s'][p]:.2f}" for p in PARTS)
             peak = run.get("gpu_peak_gib")
             reward = " / ".join("–" if r is None else f"{r:.3f}" for r in s["reward_first_last"])
             lines.append(f"| {dtype} | {name} | {s['timed_steps']} | {s['step_s']:.2f} | {split} | "
-                         f"{s['tokens_per_s']:,.0f} | {'–' if peak is None else f'{peak:.1f}'} | {own_text(s['own'])} | "
+                         f"{s['response_tokens_mean'] / responses:.0f} | {s['tokens_per_s']:,.0f} | "
+                         f"{'–' if peak is None else f'{peak:.1f}'} | {own_text(s['own'])} | "
                          f"{s['lab']['abs_logp_diff_mean']:.2e} | {s['lab']['k3']:.2e} | {reward} |")
     for dtype, runs in results.items():
         r = runs.get("ratio") or {}
@@ -445,18 +453,28 @@ def compare(args: PeerArgs) -> dict:
             # The last process's memory back with the device before the next vLLM measures what is free.
             time.sleep(5)
             run = runs[name] = run_child(command, args.output / f"{name}-{dtype}.log", args.run_timeout_s)
-            steps = read_steps(name, out, args)
-            run["summary"] = summarize(steps, args.warmup_steps) if steps else {}
+            print(f"{dtype} {name}: exit {run['exit']}, {run['wall_s']:.0f} s", flush=True)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()}
+    return write_report(args.output, settings, results)
+
+
+def write_report(output: Path, settings: dict, results: dict) -> dict:
+    """Each run's figures from its files in ``output``, the ratios, peer_trl.json and the printed table."""
+    for dtype, runs in results.items():
+        for name in ("trl", "precision-oat"):
+            if name not in runs:
+                continue
+            out = output / f"{name}-{dtype}"
+            steps = read_steps(name, out, settings["prompts_per_step"] * settings["num_samples"])
+            runs[name]["summary"] = summarize(steps, settings["warmup_steps"]) if steps else {}
             if name == "trl" and (out / "trl.json").is_file():
                 record = json.loads((out / "trl.json").read_text())
-                run.update(torch_peak_gib=record["torch_peak_gib"], versions=record["versions"])
-            print(f"{dtype} {name}: exit {run['exit']}, {run['wall_s']:.0f} s", flush=True)
+                runs[name].update(torch_peak_gib=record["torch_peak_gib"], versions=record["versions"])
         if "trl" in runs and "precision-oat" in runs:
             runs["ratio"] = ratios(runs["precision-oat"]["summary"], runs["trl"]["summary"])
-    report = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
-              "results": results}
-    (args.output / "peer_trl.json").write_text(json.dumps(report, indent=1))
-    print(table(results), flush=True)
+    report = {"settings": settings, "results": results}
+    (output / "peer_trl.json").write_text(json.dumps(report, indent=1))
+    print(table(results, settings["prompts_per_step"] * settings["num_samples"]), flush=True)
     return report
 
 
@@ -467,7 +485,7 @@ def settings_flags(args: PeerArgs) -> list[str]:
     return [token for n in names for token in (f"--{n.replace('_', '-')}", str(getattr(args, n)))]
 
 
-def read_steps(name: str, out: Path, args: PeerArgs) -> list[dict]:
+def read_steps(name: str, out: Path, responses_per_step: int) -> list[dict]:
     if name == "trl":
         path = out / "trl.json"
         return json.loads(path.read_text())["steps"] if path.is_file() else []
@@ -475,7 +493,7 @@ def read_steps(name: str, out: Path, args: PeerArgs) -> list[dict]:
     if not path.is_file():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return ours_steps([r for r in rows if "perf/time/sample" in r], args.prompts_per_step * args.num_samples)
+    return ours_steps([r for r in rows if "perf/time/sample" in r], responses_per_step)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -486,7 +504,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         args.check()
     except UserError as e:
         sys.exit(f"error: {e}")
-    if args.trl_checkpoint is not None:
+    if args.report_only:
+        saved = json.loads((args.output / "peer_trl.json").read_text())
+        # Each run's exit, wall time and memory as the run recorded them; the figures from its files.
+        write_report(args.output, saved["settings"], saved["results"])
+    elif args.trl_checkpoint is not None:
         run_trl(args)
     else:
         compare(args)

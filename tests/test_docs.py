@@ -153,7 +153,8 @@ def _our_flags() -> set[str]:
     from precision_oat.mismatch.lab import LabArgs
     from precision_oat.mismatch.preflight import PreflightArgs
 
-    benchmarks = (load_script("benchmarks/step_time.py").BenchArgs, load_script("benchmarks/scale_ladder.py").LadderArgs)
+    benchmarks = (load_script("benchmarks/step_time.py").BenchArgs, load_script("benchmarks/scale_ladder.py").LadderArgs,
+                  load_script("benchmarks/peer_trl.py").PeerArgs)
     from precision_oat.compare.__main__ import CompareArgs
 
     scripts = {f for script in ("experiments/h200/arms_report.py", "experiments/sweep_offline.py")

@@ -128,10 +128,11 @@ def test_the_table_gives_precision_oat_over_trl():
     # 3 s against 6 s a step; 2,000 against 1,000 generated tokens a second.
     assert r == pytest.approx({"step_time": 0.5, "tokens_per_s": 2.0})
     text = peer.table({"bf16": {"trl": {"summary": trl, "gpu_peak_gib": 50.0}, "precision-oat": {"summary": ours},
-                                "ratio": r}})
+                                "ratio": r}}, responses=32)
     assert "step time 0.50x, generated tok/s 2.00x" in text
-    assert "| bf16 | trl | 1 | 6.00 | 3.00 / 1.20 / 1.20 / 0.30 / 0.30 | 1,000 | 50.0 | Δlogp 4.00e-02, IS ratio 0.50–1.50" \
-        in text
+    # 6,000 tokens over 32 responses: 188 a response.
+    assert ("| bf16 | trl | 1 | 6.00 | 3.00 / 1.20 / 1.20 / 0.30 / 0.30 | 188 | 1,000 | 50.0 | "
+            "Δlogp 4.00e-02, IS ratio 0.50–1.50 |") in text
     assert peer.ratios({"steps": 0}, trl) == {}
 
 
@@ -143,3 +144,25 @@ def test_a_micro_batch_that_does_not_divide_the_step_is_refused_in_one_line():
     with pytest.raises(SystemExit) as e:
         peer.main(["--model", "m", "--micro-batch-size", "5"])
     assert str(e.value).startswith("error: --micro-batch-size 5: it must divide the step's 32 responses")
+
+
+def test_the_tables_of_the_h200_comparison_are_those_its_committed_runs_give(tmp_path, capsys):
+    import shutil
+
+    from tests.conftest import REPO
+
+    committed = REPO / "benchmarks" / "results" / "h200_peer_trl"
+    shutil.copytree(committed, tmp_path / "runs")
+    peer.main(["--output", str(tmp_path / "runs"), "--report-only"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 5  # the header, then TRL and precision-oat in bf16 and fp16
+    for page in (REPO / "docs" / "results.md", committed / "README.md"):
+        text = page.read_text()
+        assert all(row in text for row in rows), page
+
+
+def test_every_flag_of_the_benchmark_has_its_own_help():
+    from tests.test_args import _check_help, _render_help, parse_help
+
+    text = _render_help(lambda: peer.main(["--help"]))
+    _check_help(parse_help(text), "benchmarks/peer_trl.py")
