@@ -54,6 +54,10 @@ def parse(argv: list[str]):
 
         split = rest.index("--")
         return load_script(program).command_line().parse_args(rest[:split]), parse_args(rest[split + 1:])
+    if program.endswith("experiments/h200/shape_folder.py"):
+        shape, _tokenizer_folder, _output = rest
+        assert shape in load_script("benchmarks/scale_ladder.py").SHAPES, shape
+        return rest
     raise AssertionError(f"no parser for python3 {' '.join(argv)}")
 
 
@@ -99,6 +103,17 @@ def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
     assert len(calls) == expected
     for argv in calls:
         parse(argv)
+
+
+def test_the_1p5b_run_builds_its_model_then_runs_the_command_on_it(tmp_path):
+    # The folder the stand-in for shape_folder.py would fill; without its config.json the script builds the model.
+    (tmp_path / "runs" / "model").mkdir(parents=True)
+    build, run = recorded_calls("experiments/h200/train_1p5b.sh", 2, tmp_path)
+    assert parse(build) == ["qwen2.5-1.5b", str(tmp_path / "smolhf"), str(tmp_path / "runs" / "model")]
+    args = parse(run)
+    assert (args.model.model, args.rollout.max_new_tokens, args.precision.dtype) == (
+        str(tmp_path / "runs" / "model"), 8192, "fp16")
+    assert "wall_s" in (tmp_path / "runs" / "wall.txt").read_text()
 
 
 def test_alone_runs_only_the_parts_named(tmp_path):
