@@ -8,8 +8,9 @@ the trainer's π, and the drift would be read as precision mismatch. :func:`push
 streams the weights into the sampler and compares, bit for bit, every tensor the sampler
 exposes through ``weights_for_check()``: all of them on the built-in sampler; on vLLM a few of
 the tensors it pushed into the engine, compared where they are (on the GPU under CUDA; a check
-of our cast and bookkeeping, not of vLLM's own reload). A sampler that can check none returns
-an empty dict.
+of our cast and bookkeeping), while the vLLM sampler itself reads back what its engine holds after
+the reload (:meth:`~precision_oat.samplers.vllm_sampler.VLLMSampler.load_weights`). A sampler that
+can check none returns an empty dict.
 
 Streaming: the export is read once, one tensor at a time (exporting can gather each weight
 across processes, in fp32), and each tensor is checked as soon as the sampler has taken it

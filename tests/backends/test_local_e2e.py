@@ -85,7 +85,7 @@ def test_final_probe_reports_bf16_above_fp16_and_names_the_pair_it_measured(tmp_
     assert probe == summary["probe"]
     # Not the run's top-p 0.9: the probe's own pair, named in the file and on the console.
     assert probe["measured"] == {"sampler": "builtin", "trainer": "hf", "top_p": 1.0, "temperature": 1.0,
-                                 "prompts": 32, "samples_per_prompt": 4}
+                                 "prompts": 32, "samples_per_prompt": 4, "max_new_tokens": 4}
     assert probe["dtypes"]["bf16"]["sequences"] == 32 * 4
     assert "(builtin sampler vs hf trainer at top-p 1, 32 prompts × 4)" in capsys.readouterr().out
     assert probe["ratios"]["abs_logp_diff_mean"] > 3

