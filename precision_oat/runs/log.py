@@ -35,8 +35,8 @@ class RunLog:
         tmp.write_text("".join(json.dumps(row) + "\n" for row in self.history))
         tmp.replace(self.path)
         self.file = self.path.open("a")
-        # Elapsed time continues from the checkpoint's step.
-        self.start = time.time() - (float(self.history[-1]["time/elapsed_s"]) if self.history else 0.0)
+        # Elapsed time continues from the checkpoint's step (on the clock the step loop times its parts with).
+        self.start = time.perf_counter() - (float(self.history[-1]["time/elapsed_s"]) if self.history else 0.0)
         self.wandb = None
         if wandb_mode != "disabled":
             try:
@@ -54,8 +54,11 @@ class RunLog:
     def note(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    def log(self, metrics: dict, histograms: Optional[dict] = None, *, total_steps: int, echo: bool = True) -> None:
-        metrics = {"step": metrics["step"], "time/elapsed_s": round(time.time() - self.start, 3), **metrics}
+    def log(self, metrics: dict, histograms: Optional[dict] = None, *, total_steps: int, echo: bool = True,
+            at: Optional[float] = None) -> None:
+        """Write one record; ``at``: the ``time.perf_counter()`` moment it stands for (now when None)."""
+        elapsed = (time.perf_counter() if at is None else at) - self.start
+        metrics = {"step": metrics["step"], "time/elapsed_s": round(elapsed, 3), **metrics}
         self.history.append(metrics)
         self.file.write(json.dumps({k: _jsonable(v) for k, v in metrics.items()}) + "\n")
         self.file.flush()

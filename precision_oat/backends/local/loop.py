@@ -112,7 +112,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             step_start = now
             if log is not None:
                 log.log(metrics, histograms, total_steps=steps,
-                        echo=(step + 1) % logging.log_every == 0 or step + 1 == steps)
+                        echo=(step + 1) % logging.log_every == 0 or step + 1 == steps, at=now)
             written = time.perf_counter() - step_start
             if stopping:
                 if log is not None:
