@@ -42,7 +42,7 @@ def parse(argv: list[str]):
 
         return tyro.cli(LabArgs, args=rest)
     if program == "precision_oat.mismatch.preflight":
-        from precision_oat.mismatch.preflight import PreflightArgs
+        from precision_oat.mismatch.preflight.__main__ import PreflightArgs
 
         return tyro.cli(PreflightArgs, args=rest)
     if program == "benchmarks/step_time.py":

@@ -123,8 +123,6 @@ def test_no_two_modules_or_classes_share_a_name():
     modules, classes = {}, {}
     for path in PACKAGE.rglob("*.py"):
         name = module_name(path, PACKAGE)
-        if name.startswith("precision_oat.engines"):  # earlier import paths: re-exports only
-            continue
         if path.stem not in ("__init__", "__main__"):
             modules.setdefault(path.stem, []).append(name)
         for node in ast.parse(path.read_text()).body:

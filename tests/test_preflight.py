@@ -14,12 +14,12 @@ from precision_oat.mismatch.preflight import (
     FP16_MAX,
     OVERRIDE_FLAG,
     check,
-    cli,
     format_report,
     fp16_gradient_counts,
     run_preflight,
     with_responses,
 )
+from precision_oat.mismatch.preflight.__main__ import cli
 from precision_oat.precision.policy import PrecisionError
 from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model

@@ -19,7 +19,8 @@ reports:
 :class:`~precision_oat.precision.policy.PrecisionError` when some headroom is below the margin or
 the fp16 forward is not finite. ``python -m precision_oat.mismatch.preflight`` runs all of
 it on a model and prompts given as the mismatch lab takes them, prints the table and
-writes ``OUTPUT_DIR/preflight.json`` (keys in docs/metrics.md, "fp16 preflight").
+writes ``OUTPUT_DIR/preflight.json`` (keys in docs/metrics.md, "fp16 preflight"); that command
+line is this package's ``__main__``.
 :func:`before_fp16_run` is the same check run by the local backend before an fp16 run.
 
 Departures from a real fp16 step, on purpose: the gradients are fp32 gradients scaled and
@@ -43,19 +44,17 @@ import dataclasses
 import gc
 import json
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from precision_oat.errors import UserError, out_of_memory_explained
-from precision_oat.mismatch.prompts import PromptSource, check_prompt_source, load_prompts
-from precision_oat.precision.policy import LossScaling, Precision, PrecisionError
+from precision_oat.precision.policy import Precision, PrecisionError
 from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, projects_plainly
-from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
+from precision_oat.samplers.sampler import SamplingParams
 
 if TYPE_CHECKING:
     from precision_oat.args import PrecisionArgs
@@ -514,64 +513,3 @@ def _fmt_abs(value: Optional[float]) -> str:
 
 def _fmt_headroom(value: Optional[float]) -> str:
     return "—" if value is None else f"{value:.3g}x"
-
-
-# --- command line ---
-
-
-@dataclass
-class PreflightArgs(PromptSource):
-    """Check before an fp16 run that activations fit under 65504 and gradients survive the loss scale."""
-
-    # Prompts per forward.
-    micro_batch_size: int = 8
-    # "auto" picks CUDA when available.
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    # Tokens of the response sampled after each prompt (fp32, temperature 1) and measured with it; 0 measures prompts alone.
-    response_tokens: int = 64
-    # Loss scale of the first fp16 step (the training default).
-    initial_loss_scale: float = LossScaling.initial_scale
-    # Fail when an activation is within this factor of 65504 (headroom below it).
-    margin: float = DEFAULT_MARGIN
-    # Folder for preflight.json.
-    output_dir: Path = Path("runs/preflight")
-
-
-def preflight_from_args(args: PreflightArgs, log=print) -> dict:
-    """Load the model and prompts as the mismatch lab does, run the preflight, write preflight.json."""
-    from precision_oat.args import ModelArgs
-    from precision_oat.models import load_policy, resolve_device
-
-    check_prompt_source(args)
-    device = resolve_device(args.device)
-    policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file), log)
-    prompts = load_prompts(args, policy.tokenizer)
-    if not prompts:
-        raise UserError(f"--prompt-data {args.prompt_data}: no prompts to run the preflight on")
-    prompt_ids = [policy.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-    responses = SamplingParams(max_new_tokens=args.response_tokens, stop_token_ids=stop_token_ids(policy.tokenizer),
-                               seed=0) if args.response_tokens > 0 else None
-    report = run_preflight(policy.model, prompt_ids, initial_loss_scale=args.initial_loss_scale, device=device,
-                           micro_batch_size=args.micro_batch_size, responses=responses)
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "preflight.json").write_text(json.dumps(report, indent=2, allow_nan=False))
-    log(format_report(report))
-    log(f"wrote {out / 'preflight.json'}")
-    return report
-
-
-def cli(argv=None) -> dict:
-    import tyro
-
-    args = tyro.cli(PreflightArgs, args=argv, prog="python -m precision_oat.mismatch.preflight")
-    try:
-        report = preflight_from_args(args, log=lambda line: print(line, flush=True))
-        check(report, args.margin)
-    except UserError as e:
-        sys.exit(f"error: {e}")
-    return report
-
-
-if __name__ == "__main__":
-    cli()

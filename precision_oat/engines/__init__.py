@@ -1,1 +1,0 @@
-"""Import paths of earlier releases, kept so existing code runs: use :mod:`precision_oat.backends`."""
