@@ -1,6 +1,6 @@
 """A grading worker: reads ``[answer, references]`` JSON lines on stdin, writes one verdict per line.
 
-:mod:`precision_oat.tasks.grading` starts it as a fresh interpreter (not a multiprocessing
+:mod:`precision_oat.tasks.grading_pool` starts it as a fresh interpreter (not a multiprocessing
 child, so the caller's main module is never imported here) and enforces each job's timeout by
 killing the process. The first line it writes is ``"ready"``, once math-verify is imported.
 It exits when its stdin closes.

@@ -2,14 +2,14 @@
 
 Train set: the paper's sanity-test set (1,460 MATH problems that R1-Distill-Qwen-1.5B solves
 20-80% of the time). Eval sets: AIME 2024, AMC 2023, MATH-500, Minerva, OlympiadBench.
-The oracle is :mod:`precision_oat.tasks.grading` (math-verify under a hard timeout).
+The oracle is :mod:`precision_oat.tasks.grading` (math-verify under a hard timeout, :mod:`~precision_oat.tasks.grading_pool`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from precision_oat.tasks import grading
+from precision_oat.tasks import grading, grading_pool
 from precision_oat.tasks.data import DEFAULT_EVAL_SUITE, DEFAULT_TRAIN, load_eval_suite, load_examples
 from precision_oat.tasks.task import DEFAULT_GRADING_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from precision_oat.tasks.task import Example, Task
@@ -70,7 +70,7 @@ class MathGrader:
             jobs.append((answer, refs))
             slots.append(i)
         if jobs:
-            verdicts = grading.judge_many(jobs, self.timeout_s, self.num_workers)
+            verdicts = grading_pool.judge_many(jobs, self.timeout_s, self.num_workers)
             for i, verdict in zip(slots, verdicts):
                 correct[i] = verdict == "correct"
                 key = {"unparsable": "unparsable", "timeout": "timeouts", "error": "errors"}.get(verdict)

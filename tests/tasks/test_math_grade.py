@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from precision_oat.tasks import grading
+from precision_oat.tasks import grading_pool
 from precision_oat.tasks.data import load_eval_suite
 from precision_oat.tasks.grading import exact_verdict, extract_answer, last_boxed
 from precision_oat.tasks.math import MathGrader, MathTask, grade
@@ -157,7 +157,7 @@ def test_non_literals_are_left_to_math_verify():
 
 def test_a_killed_worker_is_replaced():
     assert grade("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")
-    for worker in grading._pool.workers:
+    for worker in grading_pool._pool.workers:
         worker.process.kill()
     # Each job either meets a dead worker (retried on a fresh one) or a fresh one.
     correct, info = MathGrader().judge_batch(["\\boxed{2\\sqrt{2}}", "\\boxed{\\sqrt{2}}"], ["\\sqrt{8}", "\\sqrt{8}"])
