@@ -87,13 +87,17 @@ class AlgorithmSpec:
 
 @dataclass
 class PolicyBatch:
-    """Everything a policy loss needs, as tensors of shape [B, T] (response tokens masked)."""
+    """Everything a policy loss needs about one micro-batch of B responses (docs/python.md lists the fields).
 
-    logprobs: torch.Tensor  # log π_θ of each sampled token; carries the gradient
-    old_logprobs: torch.Tensor  # log π_old, trainer recompute before the update
-    sampler_logprobs: torch.Tensor  # log μ, as returned by the sampler
-    advantages: torch.Tensor  # one per sequence, shape [B]
-    mask: torch.Tensor  # 1.0 on response tokens, 0.0 on prompt and padding
+    Per-token tensors are [B, T], T the micro-batch's longest sequence less one: column t holds the token at
+    position t + 1, the one it predicts. ``advantages`` is [B], one per response.
+    """
+
+    logprobs: torch.Tensor  # [B, T] log π_θ of each sampled token; carries the gradient
+    old_logprobs: torch.Tensor  # [B, T] log π_old, trainer recompute before the update
+    sampler_logprobs: torch.Tensor  # [B, T] log μ, as returned by the sampler
+    advantages: torch.Tensor  # [B] one per response
+    mask: torch.Tensor  # [B, T] 1.0 on response tokens, 0.0 on prompt and padding
     # Denominators of the whole optimiser batch. A learner that splits the batch into
     # micro-batches sets them so that the micro-batch losses add up to the full-batch loss.
     num_sequences: Optional[int] = None
