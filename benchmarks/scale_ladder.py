@@ -45,10 +45,12 @@ Recorded per cell (JSON under benchmarks/results/, printed as it goes):
                                 profiled_wall_ms and profiled_device_ms that update's wall time and
                                 its operators' device time (the rest the device spent idle), and
                                 host_operators [name, calls, ms] where the host spent its own time
-FLOPs of one step, N = parameters used in matrix products (every parameter but an untied
-input embedding), per sequence of s tokens on L layers of width h: update 6·N·s + 12·L·h·s²
-(forward + backward, full causal attention counted), rescoring 2·N·s + 4·L·h·s²; gradient
-checkpointing's recomputation is not counted (model FLOPs, not hardware FLOPs).
+FLOPs of one step, per sequence of s tokens (r of them the response) on L layers of width h,
+with N the body's parameters used in matrix products (every parameter but the input embedding
+and the output projection) and V·h the output projection's: update 6·(N·s + V·h·r) + 12·L·h·s²
+(forward + backward, full causal attention counted; the projection runs at response positions
+only), rescoring 2·(N·s + V·h·r) + 4·L·h·s²; gradient checkpointing's recomputation is not
+counted (model FLOPs, not hardware FLOPs).
 
 The fp16/bf16 step-time ratio: ``--ratio-repeats`` cells of each dtype on ``--ratio-models`` at
 ``--ratio-length``, alternating fp16, bf16, fp16, …; the median step time of each dtype, divided.
@@ -200,11 +202,15 @@ def matmul_params(model) -> int:
     return total - model.get_input_embeddings().weight.numel()
 
 
-def step_flops(model, num_sequences: int, seq_len: int) -> float:
-    """Model FLOPs of rescoring (forward) and update (forward + backward) of ``num_sequences`` of ``seq_len`` tokens."""
-    n, c = matmul_params(model), model.config
+def step_flops(model, num_sequences: int, seq_len: int, response_len: int) -> float:
+    """Model FLOPs of rescoring (forward) and update (forward + backward) of ``num_sequences`` of ``seq_len`` tokens,
+    ``response_len`` of them responses: the body runs at every position, the output projection at response
+    positions only (the trainer scores those alone)."""
+    c = model.config
+    head = model.get_output_embeddings().weight.numel()
+    body = matmul_params(model) - head
     attention = c.num_hidden_layers * c.hidden_size * seq_len**2
-    return num_sequences * ((6 + 2) * n * seq_len + (12 + 4) * attention)
+    return num_sequences * ((6 + 2) * (body * seq_len + head * response_len) + (12 + 4) * attention)
 
 
 def kv_cache_gb(config, sequences: int, tokens: int, dtype: DType) -> float:
@@ -328,7 +334,7 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
         "learner_peak_allocated_gb": gib(peak) if cuda else None,
         "sampler_tokens_per_s": timed[0]["response_tokens"] / median["sample"],
         "learner_tokens_per_s": tokens / learner_time,
-        "mfu": step_flops(model, len(completions), longest) / learner_time / (args.peak_tflops * 1e12),
+        "mfu": step_flops(model, len(completions), longest, response_len) / learner_time / (args.peak_tflops * 1e12),
         "step_time_s": statistics.median(sum(s["times"].values()) for s in timed),
         **{f"perf/time/{part}": value for part, value in median.items()},
     })

@@ -109,12 +109,15 @@ def test_micro_batch_search_moves_down_on_out_of_memory_and_drops_the_failed_gra
         assert torch.equal(w.cpu(), v.cpu()), name
 
 
-def test_step_flops_count_update_and_rescoring_with_the_attention_term():
+def test_step_flops_count_the_output_projection_at_response_positions_only():
     model = ladder.random_model("tiny")
-    # tiny: tied, so N = every parameter; L = 2, h = 32; 3 sequences of 10 tokens.
-    n = sum(p.numel() for p in model.parameters())
-    expected = 3 * (8 * n * 10 + 16 * 2 * 32 * 10**2)
-    assert ladder.step_flops(model, 3, 10) == expected
+    # tiny: tied, so the body is every parameter but the shared V × h matrix; L = 2, h = 32; 3 sequences of
+    # 10 tokens, 4 of them the response: the head projects those 4 alone.
+    head = model.get_output_embeddings().weight.numel()
+    body = sum(p.numel() for p in model.parameters()) - head
+    expected = 3 * (8 * (body * 10 + head * 4) + 16 * 2 * 32 * 10**2)
+    assert ladder.step_flops(model, 3, 10, 4) == expected
+    assert ladder.step_flops(model, 3, 10, 4) < ladder.step_flops(model, 3, 10, 10)
 
 
 def test_the_kv_cache_of_a_cell_holds_its_sequences_in_its_dtype():
