@@ -25,13 +25,14 @@ import torch
 
 from precision_oat.args import EvalArgs, LogArgs, RolloutArgs, TrainArgs
 from precision_oat.distributed.world import World
-from precision_oat.errors import UserError
+from precision_oat.errors import UserError, out_of_memory_explained
 from precision_oat.models import Policy
 from precision_oat.precision.mismatch_metrics import mismatch_histograms
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.rl.actor import PrecisionActor
 from precision_oat.rl.step import RLStep
+from precision_oat.runs.alarms import ALARM_EXIT_STATUS, AlarmWatch, alarm_line, parse_alarms
 from precision_oat.runs.checkpoint import export_policy, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
@@ -70,6 +71,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     steps, per_step = train.steps, rollout.prompts_per_step
     if steps == 0:
         return evaluate_only(actor, evaluation, log, run.out)
+    watch = AlarmWatch(parse_alarms(logging.mismatch_alarm))
     # The signal handlers are the caller's again however the loop ends.
     with StopRequest() as stop:
         # A step's time runs from the previous record's moment to its own, so every second belongs to one
@@ -94,8 +96,13 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             metrics["step"] = step + 1
             if evaluation.eval_every and ((step + 1) % evaluation.eval_every == 0 or step + 1 == steps):
                 metrics.update(actor.evaluate(evaluation, step + 1))
+            alarmed = watch.check(metrics)
+            alarm_stop = world.any(bool(alarmed) and logging.mismatch_alarm_action == "stop")
+            if not alarm_stop:
+                for alarm in alarmed:
+                    say(f"warning: {alarm_line(alarm, metrics, step + 1)} (said once until it is back)", flush=True)
             # A signal may reach some ranks only: all of them stop at the same step.
-            stopping = world.any(stop.requested is not None)
+            stopping = world.any(stop.requested is not None) or alarm_stop
             # The checkpoint comes before the record, which then holds the time it took.
             save_start = time.perf_counter()
             if (logging.save_every and (step + 1) % logging.save_every == 0) or step + 1 == steps or stopping:
@@ -117,6 +124,12 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             if stopping:
                 if log is not None:
                     log.close()
+                if alarm_stop:
+                    if alarmed:
+                        say(f"{alarm_line(alarmed[0], metrics, step + 1)}: stopped after saving a checkpoint at step "
+                            f"{step + 1}; continue with the same command and --resume (with the alarm, it stops again "
+                            "while the key stays past it)", flush=True)
+                    raise SystemExit(ALARM_EXIT_STATUS)
                 say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
                 raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
     # Gathering the final weights is collective with several processes; rank 0 probes them.
@@ -131,8 +144,10 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
         del learner, run.learner, run.sampler, actor.sampler
         if run.device.type == "cuda":
             torch.cuda.empty_cache()
-        probe = probe_mismatch(Policy(final, run.tokenizer, None), [actor.encode(e) for e in run.examples[:PROBE_PROMPTS]],
-                               train, rollout, logging.probe_dtypes, run.device)
+        with out_of_memory_explained("the end-of-run mismatch probe", PROBE_MEMORY_FLAGS):
+            probe = probe_mismatch(Policy(final, run.tokenizer, None),
+                                   [actor.encode(e) for e in run.examples[:PROBE_PROMPTS]], train, rollout,
+                                   logging.probe_dtypes, run.device)
         (run.out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
     summary = summarize_run(log.history, run.out, probe)
     write_json(run.out / "summary.json", summary)  # atomic: its presence marks the run finished
@@ -182,6 +197,8 @@ PROBE_PROMPTS = 32
 PROBE_SAMPLES = 4
 PROBE_MAX_NEW_TOKENS = 1024
 PROBE_TOKENS = 131072
+# What to change when the probe runs out of GPU memory (the run's checkpoint is already written).
+PROBE_MEMORY_FLAGS = "pass --probe-dtypes with no value to skip the probe, or lower --micro-batch-size"
 
 
 def probe_mismatch(policy: Policy, prompt_ids: list[list[int]], train: TrainArgs, rollout: RolloutArgs,
