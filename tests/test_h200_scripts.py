@@ -105,14 +105,16 @@ def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
         parse(argv)
 
 
-def test_the_1p5b_run_builds_its_model_then_runs_the_command_on_it(tmp_path):
+@pytest.mark.parametrize("env, shape, tokens", [({}, "qwen2.5-1.5b", 8192),
+                                               ({"SHAPE": "qwen2.5-3b", "TOKENS": "4096"}, "qwen2.5-3b", 4096)])
+def test_a_shape_run_builds_its_model_then_runs_the_command_on_it(tmp_path, env, shape, tokens):
     # The folder the stand-in for shape_folder.py would fill; without its config.json the script builds the model.
     (tmp_path / "runs" / "model").mkdir(parents=True)
-    build, run = recorded_calls("experiments/h200/train_1p5b.sh", 2, tmp_path)
-    assert parse(build) == ["qwen2.5-1.5b", str(tmp_path / "smolhf"), str(tmp_path / "runs" / "model")]
+    build, run = recorded_calls("experiments/h200/train_shape.sh", 2, tmp_path, **env)
+    assert parse(build) == [shape, str(tmp_path / "smolhf"), str(tmp_path / "runs" / "model")]
     args = parse(run)
     assert (args.model.model, args.rollout.max_new_tokens, args.precision.dtype) == (
-        str(tmp_path / "runs" / "model"), 8192, "fp16")
+        str(tmp_path / "runs" / "model"), tokens, "fp16")
     assert "wall_s" in (tmp_path / "runs" / "wall.txt").read_text()
 
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The 1.5B shape at 8k tokens through the real command on one H200: a random-weight model of R1-Distill-Qwen-1.5B's
-# shape (benchmarks/scale_ladder.py's qwen2.5-1.5b) with SmolLM2's tokenizer, 8 prompts × 8 samples of up to 8,192
-# tokens, fp16, ZeRO-1, gradient checkpointing, two steps. A random model never stops, so every answer runs to the limit.
+# One of benchmarks/scale_ladder.py's shapes through the real command on one H200 (the ladder itself re-assembles the
+# parts; this runs `python -m precision_oat.main`, preflight, probe and all): a random-weight model of SHAPE (default
+# qwen2.5-1.5b, R1-Distill-Qwen-1.5B's shape) with SmolLM2's tokenizer, 8 prompts × 8 samples of up to TOKENS (default
+# 8192) tokens, fp16, ZeRO-1, gradient checkpointing, two steps. A random model never stops, so every answer runs to
+# the limit.
 #
-#   CODE=<the code to run> HF=<SmolLM2 HF folder> RUNS=<results folder> bash experiments/h200/train_1p5b.sh
+#   CODE=<the code to run> HF=<SmolLM2 HF folder> RUNS=<results folder> [SHAPE=…] [TOKENS=…] bash experiments/h200/train_shape.sh
 #
 # CODE (default: this repository) is the tree whose precision_oat the command runs; the model is built by this
 # repository's experiments/h200/shape_folder.py. RUNS gets model/ (the random model), run/ (the run's folder:
@@ -16,16 +18,18 @@ CODE=${CODE:-$HERE}
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
 LIMIT=${LIMIT:-600}
+SHAPE=${SHAPE:-qwen2.5-1.5b}
+TOKENS=${TOKENS:-8192}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 [ -f "$RUNS/model/config.json" ] ||
-  PYTHONPATH="$HERE:${PYTHONPATH:-}" python3 "$HERE/experiments/h200/shape_folder.py" qwen2.5-1.5b "$HF" "$RUNS/model" \
+  PYTHONPATH="$HERE:${PYTHONPATH:-}" python3 "$HERE/experiments/h200/shape_folder.py" "$SHAPE" "$HF" "$RUNS/model" \
     > "$RUNS/model.log" 2>&1
 cd "$CODE" || exit 1
 start=$(date +%s)
 PYTHONPATH="$CODE:${PYTHONPATH:-}" python3 -m precision_oat.main --model "$RUNS/model" --task counting --sampler vllm \
   --learner deepspeed --zero-stage 1 --dtype fp16 --device cuda --prompts-per-step 8 --num-samples 8 \
-  --max-new-tokens 8192 --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8 --steps 2 \
+  --max-new-tokens "$TOKENS" --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8 --steps 2 \
   --output-dir "$RUNS/run" --wandb-mode disabled > "$RUNS/run.log" 2>&1 < /dev/null &
 run=$!
 while kill -0 "$run" 2> /dev/null; do
