@@ -115,14 +115,18 @@ def test_bf16_mismatch_is_several_times_fp16_and_fp32_is_near_zero(embedded_poli
         assert results["fp32"][key] < 1e-5, (key, results)
 
 
-def test_token_budget_micro_batches_give_the_loss_and_gradients_of_fixed_micro_batches():
-    base = tiny_model()
-    # Prompts of 2–5 tokens and responses ending at a stop token: rows of different lengths.
-    sampler = KVCacheSampler(base, torch.float32)
-    completions = sampler.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=12, stop_token_ids=(1, 2, 3), seed=0))
-    rollout = collate(completions, [float(i % 2) for i in range(len(completions))], 4, pad_token_id=0)
+def rows_of_many_lengths(dtype: torch.dtype, rewards_period: int):
+    """Prompts of 2–5 tokens and responses ending at a stop token, sampled in ``dtype``: rows of different lengths."""
+    completions = KVCacheSampler(tiny_model(), dtype).generate(
+        PROMPTS, SamplingParams(n=4, max_new_tokens=12, stop_token_ids=(1, 2, 3), seed=0))
+    rollout = collate(completions, [float(i % rewards_period) for i in range(len(completions))], 4, pad_token_id=0)
     lengths = rollout.attention_mask.sum(-1)
     assert len(set(lengths.tolist())) > 2
+    return rollout, lengths
+
+
+def test_token_budget_micro_batches_give_the_loss_and_gradients_of_fixed_micro_batches():
+    rollout, lengths = rows_of_many_lengths(torch.float32, 2)
     results = []
     for flags in (dict(micro_batch_size=3), dict(micro_batch_tokens=int(lengths.max()) * 2)):
         learner = build(tiny_model(), dtype="fp32", algo="grpo-tis", num_samples=4, max_grad_norm=None,
@@ -193,13 +197,8 @@ def test_without_rescoring_each_row_is_scored_once_and_the_update_is_the_self_co
 
 @pytest.mark.parametrize("algo", ["grpo-tis", "pg"])
 def test_every_logged_statistic_is_the_same_however_the_rollout_is_cut_into_passes(algo):
-    # Rows of different lengths (stop tokens), in bf16 so that the mismatch and its corrections bind.
-    base = tiny_model()
-    sampler = KVCacheSampler(base, torch.bfloat16)
-    completions = sampler.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=12, stop_token_ids=(1, 2, 3), seed=0))
-    rollout = collate(completions, [float(i % 3) for i in range(len(completions))], 4, pad_token_id=0)
-    lengths = rollout.attention_mask.sum(-1)
-    assert len(set(lengths.tolist())) > 2
+    # Rows of different lengths, sampled in bf16 so that the mismatch and its corrections bind.
+    rollout, lengths = rows_of_many_lengths(torch.bfloat16, 3)
     cuts = (dict(micro_batch_size=16), dict(micro_batch_size=1), dict(micro_batch_size=3),
             dict(micro_batch_size=16, micro_batch_tokens=int(lengths.max()) * 3))
     logged = []
