@@ -2,8 +2,10 @@
 
     train(args)   check the flags against the launcher, the installed stacks and the devices
                   → this process's place among the launcher's processes
-                  → claim the run folder (lock; a new run, or a checked resume)
-                  → build the run: policy, task, fp16 preflight, sampler, learner, actor, resume
+                  → check the run folder, reading only (a new run's, or a resume's flags)
+                  → load the policy and the task, and check the prompts' lengths
+                  → claim the run folder (lock; a new run's marker and config.json)
+                  → build the run: fp16 preflight, sampler, learner, actor, resume
                   → :func:`~precision_oat.backends.local.loop.run_steps`
 
 One process, or several under ``torchrun`` (:mod:`precision_oat.distributed.world`): every
@@ -74,21 +76,22 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     newest = require_checkpoint(out) if args.log.resume else None
     if newest is not None:
         check_world_size(newest, world)
-    elif world.is_main:
-        check_new_run(out, args)  # read only: a folder that is refused is refused before the model loads
+    finished = None
+    if world.is_main:
+        # Both read only: a refused resume or folder is refused before the model loads.
+        if newest is not None:
+            finished = check_resume(out, args, checkpoint_step(newest))
+        else:
+            check_new_run(out, args)
+    finished = world.broadcast(finished)
+    if finished is not None:
+        return finished
     # The model and the task load before the folder is claimed, so a prompt over the limit writes nothing.
     workload = load_workload(args, world)
     # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
     with RunLock(out) if world.is_main else nullcontext():
-        finished = None
-        if world.is_main:
-            if newest is not None:
-                finished = check_resume(out, args, checkpoint_step(newest))
-            else:
-                start_new_run(out, args)
-        finished = world.broadcast(finished)
-        if finished is not None:
-            return finished
+        if world.is_main and newest is None:
+            start_new_run(out, args)
         run = build_run(out, args, precision, spec, device, world, learner_class, actor_class, *workload)
         return run_steps(run, args.train, args.rollout, args.eval, args.log)
 
