@@ -16,7 +16,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
+
+import tyro
 
 from precision_oat import checks
 from precision_oat.algorithms import RECIPES
@@ -44,6 +46,8 @@ DivergenceLevel = Literal[tuple(LEVELS)]  # type: ignore[valid-type]
 FP32_MAX = 3.4028234663852886e38
 # Attention kernels transformers knows by name; a "org/repo" hub kernel is accepted as is.
 ATTENTION_KERNELS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+# A --mismatch-alarm: a logged key, > or <, a threshold (which key exists is checked when the run starts).
+ALARM_SYNTAX = re.compile(r"\s*(?P<key>[\w@./-]+)\s*(?P<op>[<>])\s*(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*")
 # The templates each built-in task takes for --prompt-template.
 PROMPT_TEMPLATES = {"arithmetic": ARITHMETIC_TEMPLATES, "math": TEMPLATE_NAMES}
 
@@ -459,6 +463,12 @@ class LogArgs(Checked):
     # most device time, the update's wall time and where the host spent its own go to OUTPUT_DIR/profile.json,
     # the costliest operators to the console. None profiles nothing.
     profile_update: Optional[int] = None
+    # Watch a logged key against a threshold, KEY>VALUE or KEY<VALUE (e.g. mismatch/k3>1e-3); repeat the flag for
+    # more. docs/runs.md#mismatch-alarms lists the keys; each step logs alarm/KEY, 1 while it is past the threshold.
+    mismatch_alarm: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+    # What a --mismatch-alarm does when its key crosses: "warn" prints one line per excursion; "stop" saves a
+    # checkpoint and ends the run with exit status 3.
+    mismatch_alarm_action: Literal["warn", "stop"] = "warn"
 
     def check(self) -> None:
         super().check()
@@ -468,6 +478,9 @@ class LogArgs(Checked):
             raise UserError("--overwrite deletes the run that --resume continues; pass one of them")
         checks.integer(self, "log_every", 1)
         checks.integer(self, "profile_update", 1, why="the step whose update is profiled, counted from 1")
+        for alarm in self.mismatch_alarm:
+            if not isinstance(alarm, str) or not ALARM_SYNTAX.fullmatch(alarm):
+                reject("mismatch_alarm", alarm, "must be KEY>VALUE or KEY<VALUE with a number, e.g. mismatch/k3>1e-3")
         checks.text(self, "wandb_project")
         checks.text(self, "run_name")
         if self.output_dir is not None and not str(self.output_dir).strip():
@@ -600,6 +613,8 @@ def _refuse_local_only_flags(args: Args) -> None:
         raise UserError("--bypass-mode works with --backend local only; Oat scores π_old itself")
     if args.log.profile_update is not None:
         reject("profile_update", args.log.profile_update, "works with --backend local only")
+    if args.log.mismatch_alarm:
+        reject("mismatch_alarm", args.log.mismatch_alarm[0], "works with --backend local only")
     if args.model.compile_layers:
         raise UserError("--compile-layers works with --backend local only; Oat builds its learner's model itself")
     if not r.vllm_row_seeds:

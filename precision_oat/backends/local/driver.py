@@ -44,6 +44,7 @@ from precision_oat.precision.weight_sync import push_weights
 from precision_oat.presets import to_values
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.rl.step import UpdateSettings
+from precision_oat.runs.alarms import parse_alarms
 from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
 from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, record_contract, start_new_run
 from precision_oat.runs.lock import RunLock
@@ -69,6 +70,7 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     actor_class = actor_class or imported_class("actor_class", args.train.actor_class) or PrecisionActor
     check_classes(args, learner_class, actor_class)
     check_before_start(args, precision)
+    parse_alarms(args.log.mismatch_alarm)  # a key no step logs is refused before anything is written
     args = with_class_names(args, learner_class, actor_class)
     world, device = processes(args)
     out = world.broadcast(output_dir_for(args))
