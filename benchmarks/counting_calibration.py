@@ -96,8 +96,8 @@ def main(args: CalibrationArgs) -> dict[str, float]:
     texts = tokenizer.batch_decode([c.response_ids for c in completions], skip_special_tokens=True)
     repeated = [e for e in examples for _ in range(args.num_samples)]
     truncated = [not c.finished for c in completions]
-    rewards = task.score(texts, repeated, truncated)
-    graded = task.score(texts, repeated, [False] * len(texts))
+    rewards = task.rewards(texts, repeated, truncated)
+    graded = task.rewards(texts, repeated, [False] * len(texts))
     n = len(rewards)
     summary = {
         "response_length_mean": sum(len(c.response_ids) for c in completions) / n,

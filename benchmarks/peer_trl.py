@@ -179,7 +179,7 @@ def counting_reward(max_new_tokens: int, eos_ids: set[int]):
     def counting(completions, completion_ids, question, reference, **_):
         examples = [Example(q, r) for q, r in zip(question, reference)]
         cut = [is_truncated(ids, max_new_tokens, eos_ids) for ids in completion_ids]
-        return task.score(completions, examples, cut)
+        return task.rewards(completions, examples, cut)
 
     return counting
 

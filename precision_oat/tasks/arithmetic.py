@@ -79,7 +79,7 @@ class ArithmeticTask(Task):
             [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False
         )
 
-    def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
+    def rewards(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         return [float(_leading_integer(r) == ex.reference) for r, ex in zip(responses, examples)]
 
 

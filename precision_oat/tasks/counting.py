@@ -122,7 +122,7 @@ class CountingTask(Task):
                 f"response would be cut before it ends; use --max-new-tokens {max(lengths)} or more"
             )
 
-    def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
+    def rewards(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         return [
             float(self.truncated_reward) if cut and self.truncated_reward is not None else count_reward(r, ex)
             for r, ex, cut in zip(responses, examples, truncated)

@@ -169,7 +169,7 @@ class MathTask(Task):
     def render(self, example: Example) -> str:
         return apply_template(self.template, example.question, self.tokenizer)
 
-    def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
+    def rewards(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         rewards, self.last_info = self.grader.grade_batch(responses, [e.reference for e in examples], truncated)
         return rewards
 

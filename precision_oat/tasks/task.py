@@ -6,7 +6,7 @@ import abc
 from dataclasses import dataclass
 from typing import Sequence
 
-# Seconds one response may take to grade before it scores as incorrect.
+# Seconds one response may take to grade before it counts as incorrect.
 DEFAULT_GRADING_TIMEOUT_S = 10.0
 
 
@@ -36,7 +36,7 @@ class Task(abc.ABC):
         """The prompt text the policy sees (template applied)."""
 
     @abc.abstractmethod
-    def score(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
+    def rewards(self, responses: Sequence[str], examples: Sequence[Example], truncated: Sequence[bool]) -> list[float]:
         """One reward per response. ``truncated`` marks responses cut at the length limit."""
 
     def check_response_limit(self, tokenizer, max_new_tokens: int) -> None:
@@ -44,9 +44,9 @@ class Task(abc.ABC):
 
     def correctness(self, responses: Sequence[str], examples: Sequence[Example]) -> list[bool]:
         """Whether each response is right, whatever its length (for evaluation)."""
-        return [r > 0 for r in self.score(responses, examples, [False] * len(responses))]
+        return [r > 0 for r in self.rewards(responses, examples, [False] * len(responses))]
 
     def grade(self, responses: Sequence[str], examples: Sequence[Example],
               truncated: Sequence[bool]) -> tuple[list[bool], list[float]]:
-        """Evaluation's two grades of each response: :meth:`correctness` and the reward :meth:`score` gives."""
-        return self.correctness(responses, examples), self.score(responses, examples, truncated)
+        """Evaluation's two grades of each response: :meth:`correctness` and the reward :meth:`rewards` gives."""
+        return self.correctness(responses, examples), self.rewards(responses, examples, truncated)

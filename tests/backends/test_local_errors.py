@@ -49,7 +49,7 @@ def test_resume_without_a_run_or_without_a_checkpoint(tmp_path):
 
 
 class NaNTask(ArithmeticTask):
-    def score(self, responses, examples, truncated):
+    def rewards(self, responses, examples, truncated):
         return [math.nan for _ in responses]
 
 

@@ -51,10 +51,10 @@ def test_reward_by_hand(response, reward):
 
 def test_truncated_responses_get_the_truncated_reward_unless_none():
     task = CountingTask(num_train=4, num_eval=2)
-    assert task.score([PERFECT, PERFECT, "110\n"], [EX, EX, EX], [False, True, True]) == [1.0, 0.0, 0.0]
-    assert CountingTask(num_train=4, num_eval=2, truncated_reward=-0.5).score([PERFECT], [EX], [True]) == [-0.5]
+    assert task.rewards([PERFECT, PERFECT, "110\n"], [EX, EX, EX], [False, True, True]) == [1.0, 0.0, 0.0]
+    assert CountingTask(num_train=4, num_eval=2, truncated_reward=-0.5).rewards([PERFECT], [EX], [True]) == [-0.5]
     graded = CountingTask(num_train=4, num_eval=2, truncated_reward=None)
-    assert graded.score([PERFECT, "110\n111\n112\n"], [EX, EX], [True, True]) == [1.0, pytest.approx(0.3)]
+    assert graded.rewards([PERFECT, "110\n111\n112\n"], [EX, EX], [True, True]) == [1.0, pytest.approx(0.3)]
 
 
 def test_correct_means_the_whole_count_and_nothing_else():
@@ -138,7 +138,7 @@ def test_a_counting_run_with_too_few_new_tokens_stops_before_sampling(tmp_path, 
     out = tmp_path / "run"
     with pytest.raises(UserError, match=r"^--max-new-tokens 8: the counting task's shortest right answer"):
         train(make_args(model=str(embedded_policy_dir), task="counting", max_new_tokens=8, output_dir=str(out)))
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "run.lock"]
+    assert not out.exists()  # refused before the run folder is claimed
 
 
 def test_count_lengths_sets_how_many_numbers_each_answer_holds():

@@ -253,7 +253,7 @@ def test_math_task_renders_and_scores():
     prompt = task.render(train[0])
     assert train[0].question in prompt and prompt.endswith("<think>\n")
     example = Example(question="1+1?", reference="2")
-    rewards = task.score([r1_distill("2"), r1_distill("3"), r1_distill("2")], [example] * 3, [False, False, True])
+    rewards = task.rewards([r1_distill("2"), r1_distill("3"), r1_distill("2")], [example] * 3, [False, False, True])
     assert rewards == [1.0, 0.0, 0.0]
     assert task.last_info["truncated"] == 1
 
@@ -266,4 +266,4 @@ def test_math_task_grades_an_evaluation_as_correctness_and_training_reward():
     # The cut answer is right, but its reward is the truncated reward, as in training.
     graded = task.grade(responses, [example] * 3, truncated)
     assert graded == ([True, False, True], [1.0, 0.0, 0.0])
-    assert graded == (task.correctness(responses, [example] * 3), task.score(responses, [example] * 3, truncated))
+    assert graded == (task.correctness(responses, [example] * 3), task.rewards(responses, [example] * 3, truncated))
