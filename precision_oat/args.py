@@ -469,6 +469,9 @@ class LogArgs(Checked):
     # What a --mismatch-alarm does when its key crosses: "warn" prints one line per excursion; "stop" saves a
     # checkpoint and ends the run with exit status 3.
     mismatch_alarm_action: Literal["warn", "stop"] = "warn"
+    # Every N steps, write the step's response tokens (ids, positions, log μ, log π_old, Δ, advantage, reward) to
+    # OUTPUT_DIR/tokens/step_NNNNNN.parquet (docs/runs.md#token-export); None writes none.
+    export_tokens: Optional[int] = None
 
     def check(self) -> None:
         super().check()
@@ -478,6 +481,7 @@ class LogArgs(Checked):
             raise UserError("--overwrite deletes the run that --resume continues; pass one of them")
         checks.integer(self, "log_every", 1)
         checks.integer(self, "profile_update", 1, why="the step whose update is profiled, counted from 1")
+        checks.integer(self, "export_tokens", 1, why="steps between token exports; leave it unset for none")
         for alarm in self.mismatch_alarm:
             if not isinstance(alarm, str) or not ALARM_SYNTAX.fullmatch(alarm):
                 reject("mismatch_alarm", alarm, "must be KEY>VALUE or KEY<VALUE with a number, e.g. mismatch/k3>1e-3")
@@ -613,6 +617,8 @@ def _refuse_local_only_flags(args: Args) -> None:
         raise UserError("--bypass-mode works with --backend local only; Oat scores π_old itself")
     if args.log.profile_update is not None:
         reject("profile_update", args.log.profile_update, "works with --backend local only")
+    if args.log.export_tokens is not None:
+        reject("export_tokens", args.log.export_tokens, "works with --backend local only")
     if args.log.mismatch_alarm:
         reject("mismatch_alarm", args.log.mismatch_alarm[0], "works with --backend local only")
     if args.model.compile_layers:

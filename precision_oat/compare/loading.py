@@ -22,7 +22,7 @@ SEED = re.compile(r"(?:(?P<variant>.+)-)?s(?P<seed>\d+)")
 NOT_THE_EXPERIMENT = frozenset({
     "seed", "steps", "output_dir", "run_name", "wandb_mode", "wandb_project", "log_every", "save_every",
     "keep_checkpoints", "resume", "overwrite", "resumes", "probe_dtypes", "profile_update", "device", "preset",
-    "mismatch_alarm", "mismatch_alarm_action",
+    "mismatch_alarm", "mismatch_alarm_action", "export_tokens",
 })
 
 # At most this many differing flags name a group in its label.

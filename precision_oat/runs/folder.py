@@ -17,7 +17,7 @@ from precision_oat.presets import to_values
 RUN_MARKER = "precision-oat-run.json"
 # What a run writes into its folder (either backend); --overwrite deletes exactly these, in a folder with the marker.
 RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "mismatch_probe.json", "checkpoints",
-             "preflight.json", "preflight.txt", "profile.json", "wandb", "vllm_init", "initial_model", "oat",
+             "preflight.json", "preflight.txt", "profile.json", "tokens", "wandb", "vllm_init", "initial_model", "oat",
              "learner_error.txt")
 # What the one-line description of a run names, when present.
 DESCRIBED = ("config.json", "metrics.jsonl", "checkpoints")

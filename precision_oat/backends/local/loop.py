@@ -33,6 +33,7 @@ from precision_oat.precision.weight_sync import push_weights
 from precision_oat.rl.actor import PrecisionActor
 from precision_oat.rl.step import RLStep
 from precision_oat.runs.alarms import ALARM_EXIT_STATUS, AlarmWatch, alarm_line, parse_alarms
+from precision_oat.runs.token_export import export_tokens, token_file
 from precision_oat.runs.checkpoint import export_policy, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
@@ -112,6 +113,9 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             histograms = None
             if log is not None and log.wandb is not None:
                 histograms = mismatch_histograms(batch.sampler_logprobs, update.old_logprobs.cpu(), batch.response_mask)
+            if world.is_main and logging.export_tokens and (step + 1) % logging.export_tokens == 0:
+                advantages = learner.compute_advantages(batch.rewards.view(-1, batch.group_size)).reshape(-1)
+                export_tokens(token_file(run.out, step + 1), batch, update.old_logprobs, advantages)
             now = time.perf_counter()
             metrics["perf/time/log"] = written + now - histograms_start
             metrics["perf/time/other"] = now - step_start - sum(
