@@ -13,7 +13,8 @@ import math
 import pytest
 import torch
 
-from precision_oat.algorithms import AlgorithmSpec, DivergenceMaskMixin, PolicyBatch, PolicyLoss, resolve
+from precision_oat.algorithms import DivergenceMaskMixin, resolve
+from tests.algorithms.corrections_case import correction_batch, correction_loss
 
 F64 = dict(dtype=torch.float64)
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]], **F64)
@@ -24,14 +25,11 @@ OLD = SAMPLER + DELTA  # the 60s sit on padding: e^60 must not reach any value
 
 
 def make(**constants):
-    loss = type("L", (DivergenceMaskMixin, PolicyLoss), {})()
-    loss.algo = AlgorithmSpec("drgrpo", "clip", "divergence-mask", "token-mean", **constants)
-    return loss
+    return correction_loss(DivergenceMaskMixin, "divergence-mask", **constants)
 
 
 def batch(logprobs_shift=0.0):
-    logprobs = (OLD + logprobs_shift).requires_grad_(True)
-    return PolicyBatch(logprobs, OLD.clone(), SAMPLER.clone(), torch.ones(2, **F64), MASK.clone())
+    return correction_batch(OLD, SAMPLER, MASK, logprobs_shift)
 
 
 ROW0, ROW1, BOTH = [[0.0], [1.0]], [[1.0], [0.0]], [[1.0], [1.0]]

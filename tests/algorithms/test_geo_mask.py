@@ -12,7 +12,8 @@ import math
 import pytest
 import torch
 
-from precision_oat.algorithms import AlgorithmSpec, GeoMaskMixin, PolicyBatch, PolicyLoss, resolve
+from precision_oat.algorithms import GeoMaskMixin, resolve
+from tests.algorithms.corrections_case import correction_batch, correction_loss
 
 F64 = dict(dtype=torch.float64)
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], **F64)
@@ -22,14 +23,11 @@ OLD = SAMPLER + DELTA  # the 40s sit on padding, where they must not count
 
 
 def make(**constants):
-    loss = type("L", (GeoMaskMixin, PolicyLoss), {})()
-    loss.algo = AlgorithmSpec("drgrpo", "clip", "geo-mask", "token-mean", **constants)
-    return loss
+    return correction_loss(GeoMaskMixin, "geo-mask", **constants)
 
 
 def batch(old=OLD, logprobs_shift=0.0):
-    logprobs = (old + logprobs_shift).requires_grad_(True)
-    return PolicyBatch(logprobs, old.clone(), SAMPLER.clone(), torch.ones(4, **F64), MASK.clone())
+    return correction_batch(old, SAMPLER, MASK, logprobs_shift)
 
 
 def test_default_band_drops_the_response_whose_geometric_mean_ratio_exceeds_1_01():

@@ -12,6 +12,7 @@ import torch
 from precision_oat.algorithms import (
     AlgorithmSpec, ClipMixin, IcePopMixin, PolicyBatch, PolicyLoss, ReinforceMixin, TokenMISMixin, resolve,
 )
+from tests.algorithms.corrections_case import correction_batch, correction_loss
 
 F64 = dict(dtype=torch.float64)
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]], **F64)
@@ -22,14 +23,11 @@ OLD[0, 3] = 50.0  # padding: π_old/μ = e^100 would overflow any weight it reac
 
 
 def make(mixin=IcePopMixin, **constants):
-    loss = type("L", (mixin, PolicyLoss), {})()
-    loss.algo = AlgorithmSpec("drgrpo", "clip", "icepop", "token-mean", **constants)
-    return loss
+    return correction_loss(mixin, "icepop", **constants)
 
 
 def batch(logprobs_shift=0.0):
-    logprobs = (OLD + logprobs_shift).requires_grad_(True)
-    return PolicyBatch(logprobs, OLD.clone(), SAMPLER.clone(), torch.ones(2, **F64), MASK.clone())
+    return correction_batch(OLD, SAMPLER, MASK, logprobs_shift)
 
 
 def test_default_band_keeps_the_ratio_inside_half_to_five_and_drops_the_rest():
