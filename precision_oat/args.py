@@ -316,6 +316,9 @@ class RolloutArgs(Checked):
     # responses. --no-vllm-row-seeds seeds the batch once: vLLM then draws a decode step's noise in one kernel
     # instead of one per sequence (faster at large batches), and a response depends on the batch it was in.
     vllm_row_seeds: bool = True
+    # vLLM under torchrun: ranks per engine (tensor parallelism); must divide the world size. The ranks of an engine
+    # sample the same prompts, the engines split a step's prompts between them.
+    vllm_tensor_parallel_size: int = 1
 
     def check(self) -> None:
         super().check()
@@ -328,6 +331,7 @@ class RolloutArgs(Checked):
         checks.number(self, "vllm_gpu_memory_utilization", gt=0, le=1, why="a fraction of the GPU's memory")
         checks.number(self, "vllm_kv_cache_gb", gt=0, why="GiB reserved for vLLM's KV cache")
         checks.integer(self, "vllm_max_num_seqs", 1, why="leave it unset for vLLM's default")
+        checks.integer(self, "vllm_tensor_parallel_size", 1, why="ranks per vLLM engine; 1 gives every rank its own")
 
 
 @dataclass
@@ -623,6 +627,9 @@ def _refuse_local_only_flags(args: Args) -> None:
         reject("mismatch_alarm", args.log.mismatch_alarm[0], "works with --backend local only")
     if args.model.compile_layers:
         raise UserError("--compile-layers works with --backend local only; Oat builds its learner's model itself")
+    if r.vllm_tensor_parallel_size != 1:
+        reject("vllm_tensor_parallel_size", r.vllm_tensor_parallel_size, "works with --backend local only; Oat lays out "
+               "its vLLM engines itself")
     if not r.vllm_row_seeds:
         raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
                         "per sample")

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import torch
 
@@ -55,10 +56,19 @@ class World:
         rank = self.rank if rank is None else rank
         return slice(rank * per_rank, (rank + 1) * per_rank)
 
-    def share(self, items: Sequence[T]) -> tuple[int, list[T]]:
-        """(index of the first item, the items) of this rank's share of ``items``."""
-        mine = self.rows(len(items))
-        return mine.start, list(items[mine])
+    def share(self, items: Sequence[T], ranks_per_share: int = 1) -> tuple[int, list[T]]:
+        """(index of the first item, the items) of this rank's share of ``items``.
+
+        With ``ranks_per_share`` > 1, each run of that many consecutive ranks (the ranks of one tensor-parallel
+        vLLM engine) takes the same share.
+        """
+        per_share = len(items) // (self.size // ranks_per_share)
+        first = self.rank // ranks_per_share * per_share
+        return first, list(items[first : first + per_share])
+
+    def gather_shares(self, obj: Any, ranks_per_share: int = 1) -> list:
+        """Every share's ``obj`` (:meth:`share`), in order, on every rank: one rank's of each run of ranks."""
+        return self.gather(obj)[::ranks_per_share]
 
     # --- collectives (no-ops on one process) ---
 
@@ -104,6 +114,43 @@ class World:
     def barrier(self) -> None:
         if self.size > 1:
             torch.distributed.barrier()
+
+    def start_together(self, what: str, start: Callable[[], T]) -> T:
+        """``start()`` on every rank; if it raised on any rank, every rank still running stops with one line naming
+        the rank and the cause (:class:`~precision_oat.errors.UserError`).
+
+        The ranks agree through the process group's store, not through a collective: a start that fails may leave
+        the other ranks waiting inside one of its own collectives, which the failed rank never joins. The failed
+        rank therefore stops at once, and the launcher (``torchrun``) ends the ranks still waiting there; a rank
+        whose start succeeded waits here for the others' word, and stops with the failed rank's line.
+        """
+        if self.size == 1:
+            return start()
+        store = torch.distributed.distributed_c10d._get_default_store()
+        keys = [f"precision-oat/started/{what}/{rank}" for rank in range(self.size)]
+        try:
+            result, cause = start(), ""
+        except Exception as e:
+            result, cause = None, (str(e).splitlines() or [type(e).__name__])[0]
+            failure = e
+        store.set(keys[self.rank], cause or "ok")
+        if cause:
+            # A start that failed because another rank's did (a collective whose peer left) names that rank: the
+            # one that left had said why before it left.
+            rank, cause = next(((r, w) for r, w in self._words(store, keys) if w != "ok" and r != self.rank),
+                               (self.rank, cause))
+            raise UserError(f"{what} failed on rank {rank}: {cause}") from failure
+        while not store.check(keys):
+            time.sleep(0.05)
+        for rank, word in self._words(store, keys):
+            if word != "ok":
+                raise UserError(f"{what} failed on rank {rank}: {word}")
+        return result
+
+    @staticmethod
+    def _words(store, keys: list[str]) -> list[tuple[int, str]]:
+        """(rank, what it said) of the ranks that have said it."""
+        return [(rank, store.get(key).decode()) for rank, key in enumerate(keys) if store.check([key])]
 
 
 SINGLE = World()

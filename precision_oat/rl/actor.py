@@ -32,6 +32,8 @@ class PrecisionActor:
         self.settings = rollout
         self.seed = seed
         self.stop_ids = stop_token_ids(tokenizer)
+        # The ranks of one tensor-parallel vLLM engine sample the same prompts.
+        self.ranks_per_engine = getattr(sampler, "ranks_per_engine", 1)
 
     def encode(self, example: Example) -> list[int]:
         return encode_prompt(self.task, self.tokenizer, example)
@@ -55,7 +57,7 @@ class PrecisionActor:
         one slice of it (an Oat actor samples the prompts of one learner).
         """
         start = time.perf_counter()
-        first, mine = self.world.share(examples)
+        first, mine = self.world.share(examples, self.ranks_per_engine)
         params = dataclasses.replace(self.params(step), first_prompt=first_prompt + first)
         completions, texts = self.sample(mine, params)
         sampled = time.perf_counter()
@@ -64,7 +66,7 @@ class PrecisionActor:
         rewards = self.task.score(texts, [e for e in mine for _ in range(g)], truncated)
         check_rewards(rewards, texts, self.task.name)
         graded = time.perf_counter()
-        parts = self.world.gather((completions, texts, rewards, graded - start))
+        parts = self.world.gather_shares((completions, texts, rewards, graded - start), self.ranks_per_engine)
         completions, texts, rewards = ([x for part in parts for x in part[i]] for i in range(3))
         elapsed = max(part[3] for part in parts)
         stats = rollout_stats(rewards, [len(c.response_ids) for c in completions],
@@ -100,9 +102,9 @@ class PrecisionActor:
         params = self.eval_params(evaluation, step)
         results = {}
         for name, examples in self.task.eval_sets().items():
-            first, mine = self.world.share(examples)
+            first, mine = self.world.share(examples, self.ranks_per_engine)
             _, samples = self.graded_samples(mine, dataclasses.replace(params, first_prompt=first))
-            samples = [x for part in self.world.gather(samples) for x in part]
+            samples = [x for part in self.world.gather_shares(samples, self.ranks_per_engine) for x in part]
             results[name] = [samples[i : i + params.n] for i in range(0, len(samples), params.n)]
         return summarize(results) if results else {}
 

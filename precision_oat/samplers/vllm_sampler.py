@@ -65,6 +65,14 @@ Departures from vLLM's defaults:
         token bounds the decode: the sampled tokens' log-probs come back in vLLM's flat lists
         (``flat_logprobs``) rather than a dict per token, and Python's cyclic garbage collector is
         paused while a batch is generated (:func:`_collector_paused`).
+    13. Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank builds its engine in its own process with
+        ``distributed_executor_backend="external_launcher"``, on the process group the launcher set up;
+        ``tensor_parallel_size`` consecutive ranks form one engine and must send it the same requests
+        (:attr:`VLLMSampler.ranks_per_engine`, which the actor reads). vLLM's start-up is collective over
+        every rank (the KV cache is sized to the smallest free memory), so every rank starts its engine at
+        the same point (:meth:`~precision_oat.distributed.world.World.start_together`). The engine's seed
+        is ``seed`` plus the engine's index, the same for the ranks of one engine; the per-row seeds
+        (departure 10) make a response independent of the engine that draws it.
 """
 
 from __future__ import annotations
@@ -187,6 +195,8 @@ class VLLMSampler:
         direct_push: push every weight straight from the caller's tensors (departure 8); None
             does so on CUDA only. False for a learner that exports part of the model (LoRA).
         row_seeds: seed every sample with its row's seed; False seeds the batch once (departure 10).
+        tensor_parallel_size: under ``torchrun``, the ranks that form one engine (departure 13); one process
+            alone takes 1.
     """
 
     def __init__(
@@ -204,6 +214,7 @@ class VLLMSampler:
         sleep: bool = False,
         direct_push: Optional[bool] = None,
         row_seeds: bool = True,
+        tensor_parallel_size: int = 1,
     ):
         if dtype not in _DTYPES:
             raise ValueError(f"VLLMSampler dtype must be float16, bfloat16 or float32, got {dtype!r}")
@@ -214,6 +225,20 @@ class VLLMSampler:
             raise FileNotFoundError(f"vLLM sampler: no Hugging Face checkpoint (config.json) at {model_path!r}")
         self.model_path = str(model_path)
         self.dtype = dtype
+        engine_kwargs = {}
+        # Departure 13: under a launcher every rank holds an engine, and tensor_parallel_size ranks form one.
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size > 1:
+            if world_size % tensor_parallel_size:
+                raise ValueError(f"vLLM sampler: tensor_parallel_size {tensor_parallel_size} does not divide the "
+                                 f"{world_size} processes")
+            engine_kwargs.update(distributed_executor_backend="external_launcher",
+                                 tensor_parallel_size=tensor_parallel_size)
+            # The ranks of an engine must draw alike; the engines apart.
+            seed += int(os.environ["RANK"]) // tensor_parallel_size
+        elif tensor_parallel_size != 1:
+            raise ValueError("vLLM sampler: tensor parallelism needs one process per rank, under torchrun")
+        self.ranks_per_engine = tensor_parallel_size if world_size > 1 else 1
         self._seeds = random.Random(seed)
         self._row_seeds = row_seeds
 
@@ -223,7 +248,6 @@ class VLLMSampler:
         from vllm.inputs import TokensPrompt
         from vllm.platforms import current_platform
 
-        engine_kwargs = {}
         if current_platform.is_cpu():
             kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
@@ -586,6 +610,7 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         sleep=rollout.vllm_sleep,
         direct_push=False if partial_pushes else None,
         row_seeds=rollout.vllm_row_seeds,
+        tensor_parallel_size=rollout.vllm_tensor_parallel_size,
     )
 
 

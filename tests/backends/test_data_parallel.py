@@ -200,6 +200,47 @@ def test_shares_cover_the_batch_in_rank_order():
     assert [x for _, part in shares for x in part] == items
 
 
+def test_the_ranks_of_one_engine_take_the_same_share():
+    items = list(range(12))
+    # Four ranks, two per engine: ranks 0 and 1 sample items 0–5, ranks 2 and 3 items 6–11.
+    shares = [World(rank=r, size=4).share(items, ranks_per_share=2) for r in range(4)]
+    assert shares == [(0, items[:6]), (0, items[:6]), (6, items[6:]), (6, items[6:])]
+
+
+def _start_together(rank: int, port: int, fails_on: int, reports) -> None:
+    from datetime import timedelta
+
+    # The store outlives the ranks, as torchrun's agent holds it: a rank that fails leaves, its word stays.
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+    torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=2, timeout=timedelta(seconds=60))
+    try:
+        def start():
+            if rank == fails_on:
+                raise ValueError("no room for the KV cache\n(a second line that the report leaves out)")
+            return f"engine {rank}"
+
+        try:
+            reports.put((rank, World(rank=rank, size=2).start_together("the engine's start", start)))
+        except UserError as e:
+            reports.put((rank, str(e)))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("fails_on", [None, 0, 1])
+def test_a_start_that_fails_on_one_rank_stops_every_rank_naming_it(fails_on):
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    reports = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_start_together, args=(store.port, fails_on, reports), nprocs=2, start_method="spawn")
+    got = sorted(reports.get() for _ in range(2))
+    if fails_on is None:
+        assert got == [(0, "engine 0"), (1, "engine 1")]
+    else:
+        # The rank that failed stops at once; the other waits for its word (no collective to hang in) and stops too.
+        line = f"the engine's start failed on rank {fails_on}: no room for the KV cache"
+        assert got == [(0, line), (1, line)]
+
+
 def _compare_configs(rank: int, port: int, failures) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)

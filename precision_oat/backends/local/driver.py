@@ -140,7 +140,7 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
                             folder=out / "vllm_init" / (f"rank{world.rank}" if world.size > 1 else ""),
                             longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0),
-                            partial_pushes=args.lora.lora_rank > 0)
+                            partial_pushes=args.lora.lora_rank > 0, world=world)
     learner = build_learner(args, policy.model, precision, spec, device, world, learner_class)
     actor = actor_class(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
     if type(actor).encode is not PrecisionActor.encode:  # an actor of its own may render prompts its own way
@@ -259,9 +259,11 @@ def check_before_start(args: Args, precision: Precision) -> None:
     """Refuse what the flags cannot do with this launcher, these installed stacks and these devices."""
     world = world_from_env()
     r, t = args.rollout, args.train
-    if r.sampler == "vllm" and world.size > 1:
-        raise UserError(f"--sampler vllm: {world.size} processes (WORLD_SIZE) are not supported with vLLM yet; "
-                        "run one process, or use --sampler builtin under torchrun")
+    if r.vllm_tensor_parallel_size > 1 and r.sampler != "vllm":
+        raise UserError(f"--vllm-tensor-parallel-size {r.vllm_tensor_parallel_size} needs --sampler vllm")
+    if world.size % r.vllm_tensor_parallel_size:
+        raise UserError(f"--vllm-tensor-parallel-size {r.vllm_tensor_parallel_size} does not divide the {world.size} "
+                        "processes (WORLD_SIZE); use a divisor of it, or launch a multiple of it with torchrun")
     if r.sampler == "vllm":
         stacks.require("vllm")
     if t.learner == "deepspeed":

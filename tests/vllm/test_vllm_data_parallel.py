@@ -1,0 +1,116 @@
+"""``torchrun --nproc-per-node 2 … --sampler vllm``: a vLLM engine in every rank, on CPU (gloo) with the DeepSpeed
+learner, logs what one process logs, and an engine that fails to start on one rank stops both in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from precision_oat.backends.local.driver import check_before_start
+from precision_oat.errors import UserError
+from precision_oat.presets import parse_args
+
+pytestmark = [pytest.mark.requires_vllm]
+
+COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--learner", "deepspeed", "--zero-stage", "1",
+          "--prompts-per-step", "8", "--num-samples", "4", "--max-new-tokens", "4", "--sampler", "vllm",
+          "--vllm-kv-cache-gb", "0.25", "--wandb-mode", "disabled", "--probe-dtypes", "--log-every", "1000"]
+# Packed under 12 tokens, the two ranks' halves of a rollout cut into different numbers of passes.
+PACKED = ["--micro-batch-tokens", "12"]
+
+
+def launch(*flags, processes: int = 1, entry: tuple[str, ...] = ("-m", "precision_oat.main"), timeout: int = 300):
+    import subprocess
+
+    runner = [sys.executable, *entry] if processes == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), *entry]
+    # Not the rendezvous of a process group this test process may hold.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
+                                                                   "WORLD_SIZE")}
+    return subprocess.run(runner + list(flags), env={**inherited, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, embedded_policy_dir):
+    """Two steps of one process with its vLLM engine, packed and not: what two ranks must log."""
+    out = {}
+    for packed in (False, True):
+        folder = tmp_path_factory.mktemp(f"one-{packed}")
+        done = launch("--model", str(embedded_policy_dir), *COMMON, *(PACKED if packed else []), "--steps", "2",
+                      "--output-dir", str(folder))
+        assert done.returncode == 0, done.stdout + done.stderr
+        out[packed] = rows(folder)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero, packed", [(1, False), (3, False), (2, True)])
+def test_two_ranks_with_a_vllm_engine_each_log_what_one_process_logs(tmp_path, embedded_policy_dir, one_process,
+                                                                      zero, packed):
+    flags = [*COMMON, *(PACKED if packed else []), "--steps", "2", "--output-dir", str(tmp_path)]
+    flags[flags.index("--zero-stage") + 1] = str(zero)
+    done = launch("--model", str(embedded_policy_dir), *flags, processes=2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a, b = one_process[packed], rows(tmp_path)
+    assert [r["step"] for r in b] == [1, 2]
+    assert any(r["train/grad_norm"] > 0 for r in a), "no gradient: the comparison would prove nothing"
+    for x, y in zip(a, b, strict=True):
+        assert set(x) == set(y)
+        for key in x:
+            group = key.split("/")[0]
+            if group in ("reward", "response", "skipped"):
+                # Each engine samples its half of the prompts, every response from its row's seed: the same tokens.
+                assert y[key] == x[key], key
+            elif group in ("loss", "ratio", "phantom", "mismatch", "train", "precision"):
+                # fp32: sums taken in another order (two engines' batches, each rank's passes, the all-reduce) round
+                # apart, and fp32's sampler–trainer gaps are that rounding (~1e-7 here).
+                assert y[key] == pytest.approx(x[key], rel=1e-4, abs=2e-5), key
+            # perf/ and time/ are clocks; they cannot be equal.
+
+
+# Rank 1 asks its vLLM for a KV cache layout that the CPU attention backend does not offer; rank 0 starts as usual.
+ONE_RANK_REFUSES = """
+import os, runpy
+if os.environ["RANK"] == "1":
+    os.environ["VLLM_KV_CACHE_LAYOUT"] = "NHD"
+runpy.run_module("precision_oat.main", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_an_engine_that_fails_to_start_on_one_rank_stops_both_in_one_line(tmp_path, embedded_policy_dir):
+    entry = tmp_path / "one_rank_refuses.py"
+    entry.write_text(ONE_RANK_REFUSES)
+    done = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "1", "--output-dir", str(tmp_path / "run"),
+                  processes=2, entry=(str(entry),), timeout=240)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    lines = {line for line in output.splitlines() if line.startswith("error: ")}
+    # Rank 0's engine started; it waits for rank 1's word, and stops with rank 1's line (or the launcher stops it first).
+    assert len(lines) == 1, output
+    [line] = lines
+    assert line.startswith("error: the vllm sampler's start failed on rank 1: vLLM could not load the model at "), line
+    assert "VLLM_KV_CACHE_LAYOUT=NHD does not satisfy every supported set" in line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_tensor_parallel_size_that_does_not_divide_the_ranks_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    args = parse_args(["--sampler", "vllm", "--learner", "deepspeed", "--dtype", "fp32", "--prompts-per-step", "8",
+                       "--vllm-tensor-parallel-size", "3"])
+    with pytest.raises(UserError, match=r"^--vllm-tensor-parallel-size 3 does not divide the 2 processes \(WORLD_SIZE\)"):
+        check_before_start(args, args.precision.build())
+    args = parse_args(["--learner", "deepspeed", "--dtype", "fp32", "--prompts-per-step", "8",
+                       "--vllm-tensor-parallel-size", "2"])
+    with pytest.raises(UserError, match=r"^--vllm-tensor-parallel-size 2 needs --sampler vllm$"):
+        check_before_start(args, args.precision.build())
