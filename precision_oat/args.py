@@ -447,6 +447,9 @@ class LogArgs(Checked):
     output_dir: Optional[Path] = None
     # Save a checkpoint every N steps (one is always saved at the end, and on Ctrl-C/SIGTERM); None saves only then.
     save_every: Optional[int] = 50
+    # Also save a checkpoint when this many minutes have passed since the last one (or the start); None saves by
+    # steps only.
+    save_every_minutes: Optional[float] = 10.0
     # Continue from the last checkpoint in --output-dir.
     resume: bool = False
     # wandb: "offline" writes locally, "online" syncs, "disabled" skips wandb.
@@ -480,6 +483,7 @@ class LogArgs(Checked):
     def check(self) -> None:
         super().check()
         checks.integer(self, "save_every", 1, why="pass None to save only at the end")
+        checks.number(self, "save_every_minutes", gt=0, why="pass None to save by steps only")
         checks.integer(self, "keep_checkpoints", 1, why="pass None to keep every checkpoint")
         if self.resume and self.overwrite:
             raise UserError("--overwrite deletes the run that --resume continues; pass one of them")

@@ -20,7 +20,7 @@ NAME = re.compile(r"(?P<algo>.+?)-(?P<dtype>fp16|bf16|fp32)(?:-(?P<rest>.+))?")
 SEED = re.compile(r"(?:(?P<variant>.+)-)?s(?P<seed>\d+)")
 # Flags that do not make another experiment: runs differing only in these are seeds of one group.
 NOT_THE_EXPERIMENT = frozenset({
-    "seed", "steps", "output_dir", "run_name", "wandb_mode", "wandb_project", "log_every", "save_every",
+    "seed", "steps", "output_dir", "run_name", "wandb_mode", "wandb_project", "log_every", "save_every", "save_every_minutes",
     "keep_checkpoints", "resume", "overwrite", "resumes", "probe_dtypes", "profile_update", "device", "preset",
     "mismatch_alarm", "mismatch_alarm_action", "export_tokens",
 })

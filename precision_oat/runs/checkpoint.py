@@ -37,7 +37,7 @@ import torch
 from precision_oat.distributed.world import SINGLE, World
 from precision_oat.errors import UserError
 from precision_oat.quiet import quiet_save
-from precision_oat.runs.folder import RUN_MARKER, holds_run
+from precision_oat.runs.folder import RUN_MARKER, holds_run, stopped_before_first_step
 
 STEP_FOLDER = re.compile(r"^step_(\d+)$")
 # What a torn, truncated or half-written checkpoint raises while loading.
@@ -131,8 +131,11 @@ def require_checkpoint(output_dir: Path) -> Path:
     if folder is None:
         root = output_dir / "checkpoints"
         found = checkpoints_newest_first(output_dir)
-        if not found:
+        if not found and stopped_before_first_step(output_dir):
             raise UserError(f"--resume: no checkpoint in {root}; start the run without --resume")
+        if not found:
+            raise UserError(f"--resume: the run in {output_dir} saved no checkpoint before it stopped, so it cannot be "
+                            "continued; start it again with --overwrite (which deletes it) or in another --output-dir")
         raise UserError(f"--resume: no checkpoint in {root} has a readable trainer_state.pt ({len(found)} found, "
                         "torn or written by an older version); start a new run with --overwrite or in another --output-dir")
     return folder
@@ -271,3 +274,13 @@ def _first_line(error: BaseException) -> str:
 
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def first_checkpoint(start_step: int, steps: int, save_every: Optional[int], save_every_minutes: Optional[float]) -> str:
+    """The line a run prints at its start: when its first checkpoint comes (and with it the first point to resume from)."""
+    by_steps = min(steps, (start_step // save_every + 1) * save_every) if save_every else steps
+    when = f"step {by_steps}" + (" (the last)" if by_steps == steps else "")
+    if save_every_minutes:
+        when += f" or after {save_every_minutes:g} minutes, if sooner"
+    return (f"first checkpoint: at {when}; also on Ctrl-C/SIGTERM (--save-every {save_every}, "
+            f"--save-every-minutes {save_every_minutes})")

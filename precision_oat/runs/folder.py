@@ -102,6 +102,11 @@ def check_new_run(out: Path, args: Args) -> list[str]:
     if found and stopped_before_first_step(out):
         return found
     if found and not args.log.overwrite:
+        if not any((out / "checkpoints").glob("step_*")):
+            raise UserError(
+                f"--output-dir {out} already holds a run ({describe_run(out, found)}) that saved no checkpoint, so "
+                "--resume cannot continue it; add --overwrite to delete it and start again, or pass another --output-dir"
+            )
         raise UserError(
             f"--output-dir {out} already holds a run ({describe_run(out, found)}); continue it with --resume, "
             "pass another --output-dir, or add --overwrite to delete that run and start again"

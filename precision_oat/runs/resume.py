@@ -26,7 +26,7 @@ SAFE_ON_RESUME = frozenset({
     # the length of the run: more steps extend it
     "steps",
     # outputs
-    "log_every", "save_every", "keep_checkpoints", "wandb_mode", "wandb_project", "run_name", "probe_dtypes",
+    "log_every", "save_every", "save_every_minutes", "keep_checkpoints", "wandb_mode", "wandb_project", "run_name", "probe_dtypes",
     "profile_update", "mismatch_alarm", "mismatch_alarm_action", "export_tokens",
     # evaluation, which never feeds back into training
     "eval_every", "eval_data", "eval_benchmarks", "eval_limit", "eval_samples", "eval_temperature", "eval_top_p",

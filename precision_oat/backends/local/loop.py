@@ -34,7 +34,7 @@ from precision_oat.rl.actor import PrecisionActor
 from precision_oat.rl.step import RLStep
 from precision_oat.runs.alarms import ALARM_EXIT_STATUS, AlarmWatch, alarm_line, parse_alarms
 from precision_oat.runs.token_export import export_tokens, token_file
-from precision_oat.runs.checkpoint import export_policy, save_checkpoint
+from precision_oat.runs.checkpoint import export_policy, first_checkpoint, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.profile import operator_profile, report_profile
@@ -73,12 +73,14 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     if steps == 0:
         return evaluate_only(actor, evaluation, log, run.out)
     watch = AlarmWatch(parse_alarms(logging.mismatch_alarm))
+    say(first_checkpoint(run.start_step, steps, logging.save_every, logging.save_every_minutes), flush=True)
     # The signal handlers are the caller's again however the loop ends.
     with StopRequest() as stop:
         # A step's time runs from the previous record's moment to its own, so every second belongs to one
         # record; the previous record's write (its line, wandb) happens in that time and counts in this
         # step's "log". The first step starts here.
         step_start, written = time.perf_counter(), 0.0
+        last_save = step_start
         for step in range(run.start_step, steps):
             batch, metrics = actor.rollout(prompts_of_step(run.examples, step, per_step, train.seed), step)
             # A co-located vLLM frees its GPU memory for the update; the weight sync wakes it.
@@ -106,8 +108,13 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             stopping = world.any(stop.requested is not None) or alarm_stop
             # The checkpoint comes before the record, which then holds the time it took.
             save_start = time.perf_counter()
-            if (logging.save_every and (step + 1) % logging.save_every == 0) or step + 1 == steps or stopping:
+            # The ranks' clocks differ: they save when any of them finds the time up.
+            minutes_up = bool(logging.save_every_minutes) and world.any(
+                save_start - last_save >= 60 * logging.save_every_minutes)
+            if ((logging.save_every and (step + 1) % logging.save_every == 0) or step + 1 == steps or stopping
+                    or minutes_up):
                 save_checkpoint(run.out, step + 1, learner, run.tokenizer, logging.keep_checkpoints, world)
+                last_save = time.perf_counter()
             histograms_start = time.perf_counter()
             metrics["perf/time/save"] = histograms_start - save_start
             histograms = None
