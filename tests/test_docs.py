@@ -131,8 +131,9 @@ def test_every_flag_a_resume_may_change_is_in_runs():
 
 PAGES = {path.name: path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
 # Flags of other programs that the pages quote: torchrun's and pip's.
-FOREIGN_FLAGS = {"--standalone", "--nproc-per-node", "--no-deps", "--no-build-isolation", "--python-version",
-                 "--implementation", "--platform"}
+# torchrun's (its rendezvous among them), pip's.
+FOREIGN_FLAGS = {"--standalone", "--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-backend", "--rdzv-endpoint",
+                 "--rdzv-id", "--no-deps", "--no-build-isolation", "--python-version", "--implementation", "--platform"}
 
 
 def _flags_of(cls: type) -> set[str]:
