@@ -37,6 +37,8 @@ class RunLog:
         self.file = self.path.open("a")
         # Elapsed time continues from the checkpoint's step (on the clock the step loop times its parts with).
         self.start = time.perf_counter() - (float(self.history[-1]["time/elapsed_s"]) if self.history else 0.0)
+        # The estimate of the time left runs on this process's own steps (a resume's earlier part ran elsewhere).
+        self.began, self.first_step = time.perf_counter(), resume_step or 0
         self.wandb = None
         if wandb_mode != "disabled":
             try:
@@ -48,6 +50,8 @@ class RunLog:
                 self.wandb = wandb.init(
                     project=project, name=run_name, dir=str(output_dir), mode=wandb_mode, config=config,
                     resume_from=rewind_point(previous, resume_step) if previous else None,
+                    # No banner and no closing history dump: close() says in one line where the run went.
+                    settings=wandb.Settings(silent=True),
                 )
 
     @staticmethod
@@ -70,12 +74,32 @@ class RunLog:
         if echo:
             parts = [f"step {metrics['step']:>4}/{total_steps}"]
             parts += [f"{label} {fmt.format(metrics[k])}" for k, label, fmt in CONSOLE_KEYS if k in metrics]
+            done = metrics["step"] - self.first_step
+            if 0 < done and metrics["step"] < total_steps:
+                per_step = ((time.perf_counter() if at is None else at) - self.began) / done
+                parts.append(f"eta {duration(per_step * (total_steps - metrics['step']))}")
             print("  ".join(parts), flush=True)
 
     def close(self) -> None:
         self.file.close()
         if self.wandb is not None:
-            self.wandb.finish()
+            run = self.wandb
+            run.finish()
+            if run.settings.mode == "offline":
+                print(f"wandb: offline run in {run.settings.sync_dir} (upload: wandb sync {run.settings.sync_dir})",
+                      flush=True)
+            else:
+                print(f"wandb: {run.url}", flush=True)
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``: a time left, to the unit that matters."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
 
 
 def kept_rows(path: Path, last_step: int) -> list[dict]:

@@ -1,0 +1,31 @@
+"""What a run prints: the banner names LoRA, step lines carry an ETA, and wandb adds one line saying where its run is."""
+
+import re
+
+from precision_oat.backends.local.driver import lora_banner, train
+from precision_oat.runs.log import duration
+from tests.backends.helpers import make_args
+
+
+def test_an_offline_lora_run_prints_its_lora_its_eta_and_one_wandb_line(tmp_path, embedded_policy_dir, capfd):
+    out = tmp_path / "run"
+    train(make_args(model=str(embedded_policy_dir), steps=3, lora_rank=4, lora_alpha=8.0,
+                    lora_target_modules=["q_proj", "v_proj"], wandb_mode="offline", log_every=1, output_dir=str(out)))
+    printed = capfd.readouterr()
+    lines = (printed.out + printed.err).splitlines()
+    assert lines[0].endswith(" · device cpu · LoRA rank 4 alpha 8 on q_proj, v_proj")
+    steps = [line for line in lines if line.startswith("step ")]
+    assert len(steps) == 3
+    assert all(re.search(r"  eta \d+s$", line) for line in steps[:2]) and "eta" not in steps[2]
+    # wandb's own banner and closing history dump are gone; one line names the offline run's folder.
+    said = [line for line in lines if line.startswith("wandb")]
+    (folder,) = (out / "wandb").glob("offline-run-*")
+    assert said == [f"wandb: offline run in {folder} (upload: wandb sync {folder})"]
+
+
+def test_the_banner_says_nothing_of_lora_when_it_is_off():
+    assert lora_banner(make_args().lora) == ""
+
+
+def test_a_time_left_is_shown_to_the_unit_that_matters():
+    assert [duration(s) for s in (0.4, 42, 185, 7620)] == ["0s", "42s", "3m05s", "2h07m"]
