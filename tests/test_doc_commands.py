@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from precision_oat.runs.folder import RUN_MARKER
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TAG = re.compile(r"^<!-- cpu-test:(.*?)-->$")
@@ -136,7 +138,7 @@ def _check_run_folder(out: Path, output: str) -> None:
     assert (out / "checkpoints" / f"step_{1:0{len(digits)}d}").is_dir(), sorted(p.name for p in out.glob("checkpoints/*"))
     line = next(line for line in output.splitlines() if line.startswith("outputs: "))
     listed = line.removeprefix(f"outputs: {out}/").split(", ")
-    held = [p.name + "/" if p.is_dir() else p.name for p in out.iterdir() if p.name != "run.lock"]
+    held = [p.name + "/" if p.is_dir() else p.name for p in out.iterdir() if p.name not in ("run.lock", RUN_MARKER)]
     assert sorted(listed) == sorted(held), line
 
 
