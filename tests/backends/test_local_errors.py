@@ -127,13 +127,16 @@ def test_a_folder_whose_run_finished_a_step_is_still_refused(tmp_path, embedded_
         train(make_args(model=str(embedded_policy_dir), steps=1, output_dir=str(out)))
 
 
-def test_the_vllm_sampler_under_torchrun_is_refused_before_writing_anything(tmp_path, monkeypatch):
+def test_a_vllm_tensor_parallel_size_the_processes_cannot_take_is_refused_before_writing_anything(tmp_path, monkeypatch):
     # What torchrun tells each of its processes.
     for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
         monkeypatch.setenv(name, value)
     out = tmp_path / "run"
-    with pytest.raises(UserError, match=r"^--sampler vllm: 2 processes \(WORLD_SIZE\) are not supported"):
-        train(make_args(sampler="vllm", learner="deepspeed", dtype="bf16", output_dir=str(out)))
+    with pytest.raises(UserError, match=r"^--vllm-tensor-parallel-size 3 does not divide the 2 processes \(WORLD_SIZE\); "):
+        train(make_args(sampler="vllm", learner="deepspeed", dtype="bf16", vllm_tensor_parallel_size=3,
+                        output_dir=str(out)))
+    with pytest.raises(UserError, match=r"^--vllm-tensor-parallel-size 2 needs --sampler vllm$"):
+        train(make_args(learner="deepspeed", dtype="bf16", vllm_tensor_parallel_size=2, output_dir=str(out)))
     assert not out.exists()
 
 
