@@ -13,7 +13,7 @@ from typing import Sequence
 
 from precision_oat.args import EvalArgs, RolloutArgs
 from precision_oat.distributed.world import SINGLE, World
-from precision_oat.errors import UserError
+from precision_oat.errors import SAMPLER_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.rl.rollout import Rollout, collate
 from precision_oat.samplers.sampler import Completion, Sampler, SamplingParams, stop_token_ids
 from precision_oat.seeds import EVALUATION, ROLLOUT, derive_seed
@@ -39,7 +39,8 @@ class PrecisionActor:
         return encode_prompt(self.task, self.tokenizer, example)
 
     def sample(self, examples: Sequence[Example], params: SamplingParams) -> tuple[list[Completion], list[str]]:
-        completions = self.sampler.generate([self.encode(e) for e in examples], params)
+        with out_of_memory_explained("the sampler's generation", SAMPLER_MEMORY_FLAGS):
+            completions = self.sampler.generate([self.encode(e) for e in examples], params)
         texts = self.tokenizer.batch_decode([c.response_ids for c in completions], skip_special_tokens=True)
         return completions, texts
 
@@ -63,7 +64,7 @@ class PrecisionActor:
         sampled = time.perf_counter()
         g = self.settings.num_samples
         truncated = [not c.finished for c in completions]
-        rewards = self.task.score(texts, [e for e in mine for _ in range(g)], truncated)
+        rewards = self.task.rewards(texts, [e for e in mine for _ in range(g)], truncated)
         check_rewards(rewards, texts, self.task.name)
         graded = time.perf_counter()
         parts = self.world.gather_shares((completions, texts, rewards, graded - start), self.ranks_per_engine)

@@ -135,7 +135,8 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
                                    max_new_tokens=args.rollout.max_new_tokens,
                                    stop_token_ids=stop_token_ids(policy.tokenizer), seed=args.train.seed)
         before_fp16_run(policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision,
-                        args.precision, out, device, log=lambda line: say(line, flush=True), responses=responses)
+                        args.precision, out, device, log=lambda line: say(line, flush=True), responses=responses,
+                        chunk_size=args.train.logprob_chunk_size)
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,
