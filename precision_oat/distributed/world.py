@@ -6,6 +6,7 @@ A step of P prompts × G samples is the same step on any N:
   mix ranks, and every response draws from the stream of its place in the whole batch
   (``SamplingParams.first_prompt``), so it draws the uniforms one process would draw (the same
   tokens only where the logits agree: on a GPU they depend on the batch shape, docs/scaling.md);
+  the T ranks of one tensor-parallel vLLM engine sample the same prompts, the engines split them;
 - the ranks exchange their responses, so every rank holds the whole rollout, its rewards,
   advantages and mismatch statistics, exactly as one process computes them;
 - each rank scores π_old on its share of the rows, and the scores are exchanged;
@@ -129,12 +130,12 @@ class World:
         store = torch.distributed.distributed_c10d._get_default_store()
         keys = [f"precision-oat/started/{what}/{rank}" for rank in range(self.size)]
         try:
-            result, cause = start(), ""
+            result, failure = start(), None
         except Exception as e:
-            result, cause = None, (str(e).splitlines() or [type(e).__name__])[0]
-            failure = e
+            result, failure = None, e
+        cause = ((str(failure).splitlines() or [""])[0] or type(failure).__name__) if failure else ""
         store.set(keys[self.rank], cause or "ok")
-        if cause:
+        if failure:
             # A start that failed because another rank's did (a collective whose peer left) names that rank: the
             # one that left had said why before it left.
             rank, cause = next(((r, w) for r, w in self._words(store, keys) if w != "ok" and r != self.rank),
