@@ -12,10 +12,10 @@ import difflib
 from dataclasses import dataclass
 from typing import Sequence
 
-from precision_oat.args import ALARM_SYNTAX
-from precision_oat.errors import UserError
 import torch
 
+from precision_oat.args import ALARM_SYNTAX
+from precision_oat.errors import UserError
 from precision_oat.precision.mismatch_metrics import mismatch_metrics
 
 # A stop the user asked for, told apart from success (0), a failure (1) and a signal (128 + its number).
