@@ -91,3 +91,24 @@ def test_runs_md_lists_every_key_an_alarm_may_watch():
     page = (Path(__file__).resolve().parents[2] / "docs" / "runs.md").read_text()
     section = page[page.index("## Mismatch alarms"):page.index("## Resume")]
     assert [k for k in ALARM_KEYS if f"`{k}`" not in section] == []
+
+
+def test_a_stop_alarm_stops_at_the_first_step_past_a_threshold_set_between_steps(tmp_path, embedded_policy_dir):
+    common = dict(model=str(embedded_policy_dir), dtype="bf16", steps=4)
+    train(make_args(**common, output_dir=str(tmp_path / "watched")))
+    values = [r["mismatch/abs_logp_diff_mean"] for r in rows(tmp_path / "watched")]
+    # A threshold between step 1's value and the farthest later one, on the side the later ones went: step 1 stays
+    # inside, a later step crosses (the same seed samples the same rollouts).
+    later = max(values[1:]) if max(values[1:]) > values[0] else min(values[1:])
+    op = ">" if later > values[0] else "<"
+    threshold = (values[0] + later) / 2
+    expected = next(i for i, v in enumerate(values, start=1) if (v > threshold if op == ">" else v < threshold))
+    assert expected > 1
+    out = tmp_path / "stopped"
+    with pytest.raises(SystemExit) as stopped:
+        train(make_args(**common, output_dir=str(out), mismatch_alarm_action="stop",
+                        mismatch_alarm=[f"mismatch/abs_logp_diff_mean{op}{threshold!r}"]))
+    assert stopped.value.code == ALARM_EXIT_STATUS
+    assert [r["step"] for r in rows(out)] == list(range(1, expected + 1))
+    assert [r["alarm/mismatch/abs_logp_diff_mean"] for r in rows(out)] == [0.0] * (expected - 1) + [1.0]
+    assert latest_checkpoint(out).name == f"step_{expected:06d}"
