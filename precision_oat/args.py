@@ -232,6 +232,12 @@ class LoraArgs(Checked):
         if self.lora_rank and (not modules or any(not m.strip() for m in modules)):
             reject("lora_target_modules", modules, "must name at least one module (and no blank one) when --lora-rank > 0")
 
+    def describe(self) -> str:
+        """The part of a run's banner that names LoRA's rank, alpha and adapted modules ("" when LoRA is off)."""
+        if not self.lora_rank:
+            return ""
+        return f" · LoRA rank {self.lora_rank} alpha {self.lora_alpha:g} on {', '.join(self.lora_target_modules)}"
+
 
 @dataclass
 class TaskArgs(Checked):

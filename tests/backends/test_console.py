@@ -2,7 +2,7 @@
 
 import re
 
-from precision_oat.backends.local.driver import lora_banner, train
+from precision_oat.backends.local.driver import train
 from precision_oat.runs.log import duration
 from tests.backends.helpers import make_args
 
@@ -24,7 +24,7 @@ def test_an_offline_lora_run_prints_its_lora_its_eta_and_one_wandb_line(tmp_path
 
 
 def test_the_banner_says_nothing_of_lora_when_it_is_off():
-    assert lora_banner(make_args().lora) == ""
+    assert make_args().lora.describe() == ""
 
 
 def test_a_time_left_is_shown_to_the_unit_that_matters():

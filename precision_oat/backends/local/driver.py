@@ -28,7 +28,7 @@ import torch
 
 from precision_oat import stacks
 from precision_oat.algorithms import AlgorithmSpec, PolicyLoss, compose
-from precision_oat.args import Args, LoraArgs, algorithm_spec
+from precision_oat.args import Args, algorithm_spec
 from precision_oat.checks import checks_deferred
 from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
 from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
@@ -121,7 +121,7 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
                  if learner_class is None else learner_class.__qualname__)
     say(f"precision-oat · backend local · algo {args.algorithm.algo} ({algorithm}) · sampler {args.rollout.sampler} · "
         f"learner {args.train.learner} · device {device}" + (f" · {world.size} processes" if world.size > 1 else "") +
-        lora_banner(args.lora) +
+        args.lora.describe() +
         f"\nprecision policy:\n{precision.describe()}", flush=True)
 
     # Whether an fp32 lm_head keeps its own fp32 weight depends on the model: a tied one cannot.
@@ -162,13 +162,6 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
                  resume_step=start_step if args.log.resume else None) if world.is_main else None
     return Run(out, world, device, precision, head_tied, policy.tokenizer, examples, sampler, learner, actor, log,
                start_step)
-
-
-def lora_banner(lora: LoraArgs) -> str:
-    """The banner's LoRA part: rank, alpha and the modules given adapters ("" when LoRA is off)."""
-    if not lora.lora_rank:
-        return ""
-    return f" · LoRA rank {lora.lora_rank} alpha {lora.lora_alpha:g} on {', '.join(lora.lora_target_modules)}"
 
 
 def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, device: torch.device,

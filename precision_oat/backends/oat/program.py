@@ -97,7 +97,8 @@ def launch(args: Args, out: Path) -> dict:
     print(
         f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
         f"{spec.correction} / {spec.reduction}) · sampler {oat_args.sampler} · {oat_args.gpus} device(s)"
-        f"{' collocated' if oat_args.collocate else ''}\nprecision policy:\n{oat_args.precision.describe()}",
+        f"{' collocated' if oat_args.collocate else ''}{args.lora.describe()}\nprecision policy:\n"
+        f"{oat_args.precision.describe()}",
         flush=True,
     )
     if oat_args.sampler == "vllm" and (r.temperature != 1.0 or r.top_p != 1.0):
