@@ -103,7 +103,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             alarm_stop = world.any(bool(alarmed) and logging.mismatch_alarm_action == "stop")
             if not alarm_stop:
                 for alarm in alarmed:
-                    say(f"warning: {alarm_line(alarm, metrics, step + 1)} (said once until it is back)", flush=True)
+                    say(f"warning: {alarm_line(alarm, metrics, step + 1)} (once per excursion)", flush=True)
             # A signal may reach some ranks only: all of them stop at the same step.
             stopping = world.any(stop.requested is not None) or alarm_stop
             # The checkpoint comes before the record, which then holds the time it took.
