@@ -4,12 +4,14 @@ both in one line."""
 
 from __future__ import annotations
 
-import json
 import os
-import sys
+import signal
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.backends.test_data_parallel import launch, rows
 
 pytestmark = [pytest.mark.requires_vllm]
 
@@ -18,22 +20,6 @@ COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--lea
           "--vllm-kv-cache-gb", "0.25", "--wandb-mode", "disabled", "--probe-dtypes", "--log-every", "1000"]
 # Packed under 12 tokens, the two ranks' halves of a rollout cut into different numbers of passes.
 PACKED = ["--micro-batch-tokens", "12"]
-
-
-def launch(*flags, processes: int = 1, entry: tuple[str, ...] = ("-m", "precision_oat.main"), timeout: int = 300):
-    import subprocess
-
-    runner = [sys.executable, *entry] if processes == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), *entry]
-    # Not the rendezvous of a process group this test process may hold.
-    inherited = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
-                                                                   "WORLD_SIZE")}
-    return subprocess.run(runner + list(flags), env={**inherited, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +53,7 @@ def test_two_ranks_with_a_vllm_engine_each_log_what_one_process_logs(tmp_path, e
         for key in x:
             group = key.split("/")[0]
             if group in ("reward", "response", "skipped"):
-                # Each engine samples its half of the prompts, every response from its row's seed: the same tokens.
+                # Every response draws from its row's seed, whichever engine samples it: the same tokens.
                 assert y[key] == x[key], key
             elif group in ("loss", "ratio", "phantom", "mismatch", "train", "precision"):
                 # fp32: sums taken in another order (two engines' batches or one engine's matmuls split in two, each
@@ -95,13 +81,13 @@ def test_an_engine_that_fails_to_start_on_one_rank_stops_both_in_one_line(tmp_pa
     assert done.returncode != 0
     output = done.stdout + done.stderr
     lines = {line for line in output.splitlines() if line.startswith("error: ")}
-    # Rank 0's engine started; it waits for rank 1's word, and stops with rank 1's line (or the launcher stops it first).
+    # Rank 0 waits for rank 1, inside one of vLLM's collectives or for its word, and stops naming rank 1 (or the
+    # launcher stops it first).
     assert len(lines) == 1, output
     [line] = lines
     assert line.startswith("error: the vllm sampler's start failed on rank 1: vLLM could not load the model at "), line
     assert "VLLM_KV_CACHE_LAYOUT=NHD does not satisfy every supported set" in line
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
-
 
 
 def training_pid(rank: int, out: Path) -> int:
@@ -124,18 +110,9 @@ def latest_step(out: Path) -> int:
 
 @pytest.mark.slow
 def test_a_run_whose_rank_is_killed_resumes_bit_for_bit(tmp_path, embedded_policy_dir):
-    import signal
-    import subprocess
-    import time
-
     flags = ["--model", str(embedded_policy_dir), *COMMON, "--save-every", "1"]
     killed = tmp_path / "killed"
-    runner = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-              "-m", "precision_oat.main", *flags, "--steps", "100000", "--output-dir", str(killed)]
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",
-                                                            "WORLD_SIZE")}
-    run = subprocess.Popen(runner, env={**env, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    run = launch(*flags, "--steps", "100000", "--output-dir", str(killed), processes=2, wait=False)
     try:
         deadline = time.time() + 240
         while latest_step(killed) < 1:
