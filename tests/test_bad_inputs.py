@@ -65,6 +65,8 @@ BAD_INPUTS: list[Bad] = [
     bad("--vllm-max-num-seqs", "0"),
     bad("--backend", "oat", "--vllm-max-num-seqs", "512", flag="--vllm-max-num-seqs"),
     bad("--backend", "oat", "--no-vllm-row-seeds", flag="--no-vllm-row-seeds"),
+    bad("--vllm-tensor-parallel-size", "0"),
+    bad("--backend", "oat", "--vllm-tensor-parallel-size", "2", flag="--vllm-tensor-parallel-size"),
     bad("--no-rescore", "--num-epochs", "2", flag="--no-rescore"),
     bad("--no-rescore", "--train-batch-size", "8", flag="--no-rescore"),
     bad("--backend", "oat", "--no-rescore", flag="--no-rescore"),
