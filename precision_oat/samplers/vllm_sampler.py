@@ -72,7 +72,10 @@ Departures from vLLM's defaults:
         every rank (the KV cache is sized to the smallest free memory), so every rank starts its engine at
         the same point (:meth:`~precision_oat.distributed.world.World.start_together`). The engine's seed
         is ``seed`` plus the engine's index, the same for the ranks of one engine; the per-row seeds
-        (departure 10) make a response independent of the engine that draws it.
+        (departure 10) make a response independent of the engine that draws it. No ``data_parallel_size``
+        is given: vLLM then counts the engines as its "external" data parallelism, each generating on its
+        own, where its own data parallelism (meant for MoE) would make every engine call ``generate``
+        together.
 """
 
 from __future__ import annotations
