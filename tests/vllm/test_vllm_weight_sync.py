@@ -94,7 +94,7 @@ def test_every_push_is_read_back_from_the_engine_and_a_weight_the_reload_lost_st
             sampler.load_weights(_trained_further(updated, recipe, steps=1).named_parameters())
     finally:
         sampler._load = load
-    sampler.load_weights(trained[0].named_parameters())  # the session's engines stay at the trained weights
+    sampler.load_weights(trained[0].named_parameters())  # the suite's shared engines stay at the trained weights
 
 
 def test_bf16_sampler_mismatch_is_several_times_fp16s(engine, trained, recipe, hf_logprobs):
