@@ -76,17 +76,22 @@ def test_two_processes_end_where_one_does_and_resume(tmp_path, embedded_policy_d
 PACKED = ["--max-new-tokens", "8", "--micro-batch-tokens", "24"]
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory, embedded_policy_dir):
-    """Two steps of one process, packed and not: the run every ZeRO stage on two processes must reproduce."""
+def one_process_runs(tmp_path_factory, model_dir, common: list[str], packed: list[str]) -> dict[bool, list[dict]]:
+    """The metrics of two steps of one process, with the ``packed`` flags and without: what two must reproduce."""
     out = {}
-    for packed in (True, False):
-        folder = tmp_path_factory.mktemp(f"one-{packed}")
-        done = launch("--model", str(embedded_policy_dir), *COMMON, *(PACKED if packed else []), "--steps", "2",
+    for pack in (True, False):
+        folder = tmp_path_factory.mktemp(f"one-{pack}")
+        done = launch("--model", str(model_dir), *common, *(packed if pack else []), "--steps", "2",
                       "--output-dir", str(folder))
         assert done.returncode == 0, done.stdout + done.stderr
-        out[packed] = rows(folder)
+        out[pack] = rows(folder)
     return out
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, embedded_policy_dir):
+    """The run every ZeRO stage on two processes must reproduce."""
+    return one_process_runs(tmp_path_factory, embedded_policy_dir, COMMON, PACKED)
 
 
 @pytest.mark.slow

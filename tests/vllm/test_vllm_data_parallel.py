@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.test_data_parallel import launch, rows
+from tests.backends.test_data_parallel import launch, one_process_runs, rows
 
 pytestmark = [pytest.mark.requires_vllm]
 
@@ -24,15 +24,8 @@ PACKED = ["--micro-batch-tokens", "12"]
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory, embedded_policy_dir):
-    """Two steps of one process with its vLLM engine, packed and not: what two ranks must log."""
-    out = {}
-    for packed in (False, True):
-        folder = tmp_path_factory.mktemp(f"one-{packed}")
-        done = launch("--model", str(embedded_policy_dir), *COMMON, *(PACKED if packed else []), "--steps", "2",
-                      "--output-dir", str(folder))
-        assert done.returncode == 0, done.stdout + done.stderr
-        out[packed] = rows(folder)
-    return out
+    """One process with its vLLM engine: what two ranks must log."""
+    return one_process_runs(tmp_path_factory, embedded_policy_dir, COMMON, PACKED)
 
 
 @pytest.mark.slow
