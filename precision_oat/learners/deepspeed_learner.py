@@ -68,8 +68,8 @@ class DeepSpeedLearner(DeepSpeedHooks, Learner):
     # --- the learner hooks of RLStep (the optimiser's are DeepSpeedHooks') ---
 
     def backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
-        # DeepSpeed's own pattern for a boundary set by hand: no step() until the last backward. A step() between
-        # boundaries drops ZeRO-3's accumulated gradient partitions (its update then sees the last micro-batch only).
+        # DeepSpeed's own pattern for a boundary set by hand (set_gradient_accumulation_boundary's documentation):
+        # the boundary before each backward, and one step() after the last, which optimizer_step makes.
         self.engine.set_gradient_accumulation_boundary(last_micro_batch)
         self.engine.backward(loss)
 

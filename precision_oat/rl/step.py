@@ -217,7 +217,6 @@ class RLStep(PolicyLoss):
         stats["perf/time/update"] = finished(rollout.input_ids.device) - scored
         return Update(stats, old_logprobs)
 
-
     def _pass_of_no_rows(self, rollout: Rollout, row: torch.Tensor, last_micro_batch: bool) -> None:
         """A forward and backward that change no gradient (one row, its loss times 0): the collectives of a pass,
         for a rank that has fewer passes than another (:func:`~precision_oat.rl.microbatch.passes_on_every_rank`)."""

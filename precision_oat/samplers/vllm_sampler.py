@@ -310,9 +310,11 @@ class VLLMSampler:
         # About four tensors spread through the model, compared by the weight sync's check.
         self._checked_names = set(self._names[:: max(1, len(self._names) // 4)])
         self._checked = {n: self._weights[n] for n in self._checked_names}
-        self.loads_directly = self._takes_weights_as_loaded()
+        # The engine's parameters as the checkpoint loaded them, read to the host once for both start-up checks.
+        as_loaded = self._engine_tensors()
+        self.loads_directly = self._takes_weights_as_loaded(as_loaded)
         # The weights read back from the engine after a push: all at the first, then a few in turn.
-        self.read_back_names = self._held_as_loaded()
+        self.read_back_names = self._held_as_loaded(as_loaded)
         self._pushes = 0
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -378,11 +380,11 @@ class VLLMSampler:
             self._asleep = False
         self._llm.reset_prefix_cache()
 
-    def _held_as_loaded(self) -> list[str]:
+    def _held_as_loaded(self, as_loaded: dict[str, torch.Tensor]) -> list[str]:
         """The weights the engine holds in their checkpoint form, found at start-up by comparing the engine's tensors
-        of those names with the checkpoint's (the others it fuses, as q/k/v, or re-packs, as vLLM-CPU's linears)."""
-        held = self._engine_tensors(set(self._weights))
-        return [n for n in self._names if n in held and torch.equal(held[n], self._weights[n])]
+        (``as_loaded``) of those names with the checkpoint's (the others it fuses, as q/k/v, or re-packs, as
+        vLLM-CPU's linears)."""
+        return [n for n in self._names if n in as_loaded and torch.equal(as_loaded[n], self._weights[n])]
 
     def _names_to_read_back(self) -> set[str]:
         names = self.read_back_names
@@ -391,11 +393,11 @@ class VLLMSampler:
         start = (self._pushes - 1) * READ_BACK_PER_PUSH % len(names)
         return {names[(start + i) % len(names)] for i in range(min(READ_BACK_PER_PUSH, len(names)))}
 
-    def _engine_tensors(self, names: set[str]) -> dict[str, torch.Tensor]:
-        """Host copies of the engine's parameters of these names."""
+    def _engine_tensors(self, names: Optional[set[str]] = None) -> dict[str, torch.Tensor]:
+        """Host copies of the engine's parameters of these names (all of them for None)."""
         return self._llm.collective_rpc(lambda worker: {
             n: p.detach().to("cpu", copy=True) for n, p in worker.model_runner.get_model().named_parameters()
-            if n in names})[0]
+            if names is None or n in names})[0]
 
     def _check_read_back(self, pushed: dict[str, torch.Tensor]) -> None:
         """Raise :class:`~precision_oat.precision.weight_sync.WeightSyncError` unless the engine now holds, bit for
@@ -427,16 +429,14 @@ class VLLMSampler:
         else:
             self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": push, "is_checkpoint_format": True})
 
-    def _takes_weights_as_loaded(self) -> bool:
+    def _takes_weights_as_loaded(self, loaded: dict[str, torch.Tensor]) -> bool:
         """Whether the model's own ``load_weights`` leaves every parameter as vLLM's loading made it, so that
         pushes may skip the reload's per-layer re-processing.
 
-        Checked once, with the checkpoint's own weights: their parameters as loaded are kept on the host,
+        Checked once, with the checkpoint's own weights: their parameters as loaded (``loaded``, on the host),
         the weights are loaded directly, and every parameter must be equal. Where it is not (or the load
         fails), the checkpoint is reloaded the usual way, and so are all later pushes.
         """
-        loaded = self._llm.collective_rpc(lambda worker: {
-            n: p.detach().to("cpu", copy=True) for n, p in worker.model_runner.get_model().named_parameters()})[0]
         try:
             self._load(self._checkpoint_push(), directly=True)
             same = self._llm.collective_rpc(lambda worker: all(

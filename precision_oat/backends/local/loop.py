@@ -33,12 +33,12 @@ from precision_oat.precision.weight_sync import push_weights
 from precision_oat.rl.actor import PrecisionActor
 from precision_oat.rl.step import RLStep
 from precision_oat.runs.alarms import ALARM_EXIT_STATUS, AlarmWatch, alarm_line, parse_alarms
-from precision_oat.runs.token_export import export_tokens, token_file
 from precision_oat.runs.checkpoint import export_policy, first_checkpoint, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.profile import operator_profile, report_profile
 from precision_oat.runs.signals import StopRequest
+from precision_oat.runs.token_export import export_tokens, token_file
 from precision_oat.samplers.sampler import Sampler
 from precision_oat.seeds import PROMPT_ORDER, derive_seed
 
