@@ -33,8 +33,8 @@ COLUMNS = (
     "phantom/clip_frac",
     "phantom/is_clip_frac",
 )
-HEADER = ("|Δ| at μ " + " / ".join(MU), "share of tokens at μ " + " / ".join(MU),
-          "|Δ| at positions " + " / ".join(POSITIONS), "|ρ| slope per token", "self-gap", "phantom clip (GRPO) / IS cap (PG)")
+HEADER = ("\\|Δ\\| at μ " + " / ".join(MU), "share of tokens at μ " + " / ".join(MU),
+          "\\|Δ\\| at positions " + " / ".join(POSITIONS), "\\|ρ\\| slope per token", "self-gap", "phantom clip (GRPO) / IS cap (PG)")
 
 
 def arm_means(rows: list[dict]) -> dict[str, float]:
@@ -58,27 +58,31 @@ def row(name: str, m: dict[str, float]) -> str:
             f"{fmt(m, COLUMNS[12:13], '.1e')} | {fmt(m, COLUMNS[13:14], '.1e')} | {phantom} |")
 
 
-def main(folders: list[Path]) -> None:
-    arms = {name: arm_means(rows) for name, rows in load_arms(folders).items()}
-    print("| arm | " + " | ".join(HEADER) + " |")
-    print("|---" * (len(HEADER) + 1) + "|")
+def dtype_rows(folders: list[Path]) -> list[str]:
+    """The table of the arms' means pooled by dtype, and bf16 over fp16."""
     by_dtype: dict[str, list[dict]] = defaultdict(list)
-    for name, m in arms.items():
-        print(row(name, m))
-        by_dtype[dtype_of(name)].append(m)
-    print()
-    print("| dtype (arms) | " + " | ".join(HEADER) + " |")
-    print("|---" * (len(HEADER) + 1) + "|")
+    for name, rows in load_arms(folders).items():
+        by_dtype[dtype_of(name)].append(arm_means(rows))
+    lines = ["| dtype (arms) | " + " | ".join(HEADER) + " |", "|---" * (len(HEADER) + 1) + "|"]
     pooled = {}
     for dtype, ms in sorted(by_dtype.items()):
         pooled[dtype] = {c: mean(m[c] for m in ms if c in m) for c in COLUMNS if any(c in m for m in ms)}
-        print(row(f"{dtype} ({len(ms)})", pooled[dtype]))
+        lines.append(row(f"{dtype} ({len(ms)})", pooled[dtype]))
     if "bf16" in pooled and "fp16" in pooled:
         ratio = {c: pooled["bf16"][c] / pooled["fp16"][c] for c in COLUMNS
                  if c in pooled["bf16"] and pooled["fp16"].get(c)}
-        print(f"| bf16 / fp16 | {fmt(ratio, COLUMNS[0:4], '.1f')} | | {fmt(ratio, COLUMNS[8:12], '.1f')} | "
-              f"{fmt(ratio, COLUMNS[12:13], '.1f')} | {fmt(ratio, COLUMNS[13:14], '.1f')} | |")
+        lines.append(f"| bf16 / fp16 | {fmt(ratio, COLUMNS[0:4], '.1f')} | | {fmt(ratio, COLUMNS[8:12], '.1f')} | "
+                     f"{fmt(ratio, COLUMNS[12:13], '.1f')} | {fmt(ratio, COLUMNS[13:14], '.1f')} | |")
+    return lines
 
+
+def main(folders: list[Path]) -> None:
+    print("| arm | " + " | ".join(HEADER) + " |")
+    print("|---" * (len(HEADER) + 1) + "|")
+    for name, rows in load_arms(folders).items():
+        print(row(name, arm_means(rows)))
+    print()
+    print("\n".join(dtype_rows(folders)))
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:

@@ -15,7 +15,9 @@ from statistics import mean, median
 PARTS = ("sample", "score", "update", "sync", "reward", "other")
 
 
-def loop_row(folder: Path) -> str:
+def loop_stats(folder: Path) -> dict:
+    """A loop's prompts × samples, rows logged, median step time, response tokens and sampler tok/s a step, its mean
+    split over PARTS, and the share of the split outside sampling and updating."""
     config = json.loads((folder / "config.json").read_text())
     rollout = config.get("rollout", config)
     responses = rollout["prompts_per_step"] * rollout["num_samples"]
@@ -23,14 +25,19 @@ def loop_row(folder: Path) -> str:
     profiled = config.get("profile_update")
     timed = [r for r in rows[1:] if r["step"] != profiled]
     steps = [b["time/elapsed_s"] - a["time/elapsed_s"] for a, b in zip(rows, rows[1:]) if b["step"] != profiled]
-    step = median(steps)
     split = {p: mean(r[f"perf/time/{p}"] for r in timed) for p in PARTS}
-    total = sum(split.values())
-    tokens = median(r["response/length_mean"] * responses for r in timed)
-    outside = (split["sync"] + split["reward"] + split["other"]) / total
-    return (f"| {folder.name} | {rollout['prompts_per_step']} × {rollout['num_samples']} | {len(rows)} | {step:.2f} | "
-            f"{tokens:,.0f} | {median(r['perf/sample_tokens_per_s'] for r in timed):,.0f} | {tokens / step:,.0f} | "
-            + " | ".join(f"{split[p]:.2f} ({split[p] / total:.0%})" for p in PARTS) + f" | {outside:.1%} |")
+    return {"shape": f"{rollout['prompts_per_step']} × {rollout['num_samples']}", "rows": len(rows),
+            "step_s": median(steps), "tokens": median(r["response/length_mean"] * responses for r in timed),
+            "sampler_tokens_per_s": median(r["perf/sample_tokens_per_s"] for r in timed), "split": split,
+            "outside": (split["sync"] + split["reward"] + split["other"]) / sum(split.values())}
+
+
+def loop_row(folder: Path) -> str:
+    s = loop_stats(folder)
+    split, total = s["split"], sum(s["split"].values())
+    return (f"| {folder.name} | {s['shape']} | {s['rows']} | {s['step_s']:.2f} | {s['tokens']:,.0f} | "
+            f"{s['sampler_tokens_per_s']:,.0f} | {s['tokens'] / s['step_s']:,.0f} | "
+            + " | ".join(f"{split[p]:.2f} ({split[p] / total:.0%})" for p in PARTS) + f" | {s['outside']:.1%} |")
 
 
 def ladder_rows(path: Path) -> list[str]:

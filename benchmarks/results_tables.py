@@ -1,0 +1,475 @@
+"""Writes the result tables of docs/results.md from the committed files under benchmarks/results/.
+
+    python benchmarks/results_tables.py            # rewrite every table between its markers
+    python benchmarks/results_tables.py --check    # exit 1, naming each table that its files would change
+
+A table sits between ``<!-- table: NAME -->`` and ``<!-- /table: NAME -->`` on the page; NAME is a key of
+``TABLES``, whose renderer reads the result files and returns the table's lines. The lines between the
+markers are the renderer's, indented as the opening marker is (a table inside a list item). A section added
+later gets its tables by one renderer each and one line in ``TABLES``. Nothing here needs a GPU or a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "results.md"
+MARKER = re.compile(r"^(?P<indent> *)<!-- table: (?P<name>[\w.-]+) -->$")
+
+
+@functools.cache
+def script(relative: str):
+    """A script of the repository imported as a module, once (the scripts are not a package)."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_json(relative: str) -> dict:
+    return json.loads((RESULTS / relative).read_text())
+
+
+def cell(relative: str) -> dict:
+    """The one cell of a scale-ladder file."""
+    [only] = read_json(relative)["cells"]
+    return only
+
+
+EXPONENT = re.compile(r"(?<=\d)e([+-])0*(\d)")
+
+
+def short_exponents(line: str) -> str:
+    """2.2e-03 → 2.2e-3, as the page writes figures."""
+    return EXPONENT.sub(lambda m: "e" + ("-" if m[1] == "-" else "") + m[2], line)
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [f"| {' | '.join(header)} |", "|---" * len(header) + "|",
+            *(short_exponents(f"| {' | '.join(row)} |".replace(" |  |", " | |")) for row in rows)]
+
+
+def k(value: float) -> str:
+    """A throughput in thousands: 20.2k."""
+    return f"{value / 1000:.1f}k"
+
+
+def fmt(value: Optional[float], spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def sig(value: float, digits: int) -> str:
+    """``digits`` significant digits, in scientific notation below 0.1: 0.818, 1.22e-2, 6.65e-6."""
+    return f"{value:.{digits}g}" if value == 0 or abs(value) >= 0.1 else f"{value:.{digits - 1}e}"
+
+
+# --- the lab and the speed table (§1, §3, round 7) ---
+
+
+def lab_table(relative: str, columns: list[tuple[str, str, int]]) -> list[str]:
+    """One row per dtype of a mismatch lab's JSON; ``columns`` are (heading, metric, significant digits)."""
+    dtypes = read_json(relative)["dtypes"]
+    return markdown(["dtype", *(c[0] for c in columns)],
+                    [[dtype, *(sig(m[key], digits) for _, key, digits in columns)] for dtype, m in dtypes.items()])
+
+
+def lab_ratios(relative: str) -> list[str]:
+    """bf16 over fp16 for the lab's four headline figures."""
+    d = read_json(relative)["dtypes"]
+    keys = (("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean"), ("std of ρ", "mismatch/seq_logratio_std"),
+            ("k3", "mismatch/k3"), ("sequence KL[μ‖π]", "mismatch/seq_kl"))
+    return markdown(["bf16 / fp16", *(name for name, _ in keys)],
+                    [["ratio", *(times(d["bf16"][key] / d["fp16"][key]) for _, key in keys)]])
+
+
+def times(ratio: float) -> str:
+    """A ratio as the page writes it: 8.4x, 63x."""
+    return f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
+
+
+def step_time_table() -> list[str]:
+    """§3: the learner step and the KV-cache sampler per dtype, and fp16 over bf16."""
+    d = read_json("h200_step_time.json")
+    rows = [[dtype, f"{m['learner_step_s'] * 1000:.1f} ms", f"{m['sampler_tokens_per_s']:,.0f} tok/s"]
+            for dtype, m in d["dtypes"].items()]
+    rows.append(["fp16 / bf16", f"{d['fp16_over_bf16_step_time']:.3f}x",
+                 f"{d['fp16_over_bf16_sampler_throughput']:.2f}x (throughput)"])
+    return markdown(["dtype", "learner step (rescoring + fwd/bwd + AdamW on fp32 masters)", "KV-cache sampler"], rows)
+
+
+def round7_speed_table() -> list[str]:
+    """Round 7's two speed runs: the first as its log printed it (it wrote no JSON), the second from its JSON."""
+    first = {(dtype, kind, role): float(value.replace(",", ""))
+             for dtype, kind, role, value in re.findall(r"^(fp16|bf16): (\w+) (learner step|sampler) ([\d,.]+)",
+                                                        (RESULTS / "h200_round7/speed-first.log").read_text(), re.M)}
+    second = read_json("h200_round7/speed/step_time.json")["dtypes"]
+    columns = (("built-in learner step", "builtin", "learner step"), ("DeepSpeed learner step", "deepspeed", "learner step"),
+               ("built-in sampler", "builtin", "sampler"), ("vLLM sampler", "vllm", "sampler"))
+    rows = []
+    for dtype in ("fp16", "bf16"):
+        cells = []
+        for _, kind, role in columns:
+            if role == "learner step":
+                later = second[dtype].get(f"learner_step_s/{kind}")
+                pair = (first.get((dtype, kind, role)), None if later is None else later * 1000)
+                cells.append(" / ".join(fmt(x, ".1f") for x in pair) + " ms")
+            else:
+                pair = (first.get((dtype, kind, role)), second[dtype].get(f"sampler_tokens_per_s/{kind}"))
+                cells.append(" / ".join(fmt(x, ",.0f") for x in pair) + " tok/s")
+        rows.append([dtype, *cells])
+    return markdown(["dtype", *(c[0] for c in columns)], rows)
+
+
+# --- SmolLM2's loop and the scale ladder (§4d) ---
+
+
+def loop_stats(relative: str) -> dict:
+    """A loop's figures as summarize.py computes them; a bare metrics file (no config, no time split) gives the
+    step time and throughputs only."""
+    path = RESULTS / relative
+    if path.is_dir():
+        return script("benchmarks/results/h200_scale/summarize.py").loop_stats(path)
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    step = statistics.median(b["time/elapsed_s"] - a["time/elapsed_s"] for a, b in zip(rows, rows[1:]))
+    tokens = statistics.median(r["response/length_mean"] * 8 * 4 for r in rows[1:])  # the one bare file: 8 × 4
+    return {"step_s": step, "tokens": tokens, "sampler_tokens_per_s": statistics.median(
+        r["perf/sample_tokens_per_s"] for r in rows[1:]), "split": None, "outside": None}
+
+
+LOOP_HEADER = ["s per step", "response tokens per step", "vLLM sampler, tok/s", "generated tok/s, end to end",
+               "sampling / scoring + update / the rest (s)", "outside sampling and updating"]
+
+
+def loop_cells(s: dict) -> list[str]:
+    split = s["split"]
+    parts = "–" if split is None else (f"{split['sample']:.2f} / {split['score'] + split['update']:.2f} / "
+                                       f"{split['sync'] + split['reward'] + split['other']:.2f}")
+    return [f"{s['step_s']:.2f}", f"{s['tokens']:,.0f}", k(s["sampler_tokens_per_s"]), k(s["tokens"] / s["step_s"]),
+            parts, fmt(s["outside"], ".1%")]
+
+
+def loop_table(title: str, loops: list[tuple[str, str]]) -> Callable[[], list[str]]:
+    """One row per (label, loop folder under benchmarks/results)."""
+    return lambda: markdown([title, *LOOP_HEADER], [[label, *loop_cells(loop_stats(path))] for label, path in loops])
+
+
+CELL_HEADER = ["micro-batch", "learner peak GiB", "sampler tok/s", "learner tok/s", "MFU",
+               "step s: sample / score / update / sync / other"]
+
+
+def cell_cells(c: dict) -> list[str]:
+    parts = " / ".join(f"{c[f'perf/time/{p}']:.2f}" for p in ("sample", "score", "update", "sync", "other"))
+    return [str(c["micro_batch_size"]), f"{c['learner_peak_gb']:.1f}", f"{c['sampler_tokens_per_s']:,.0f}",
+            f"{c['learner_tokens_per_s']:,.0f}", f"{c['mfu']:.1%}", f"{c['step_time_s']:.1f}: {parts}"]
+
+
+def cell_table(title: str, cells: list[tuple[str, str]]) -> Callable[[], list[str]]:
+    """One row per (label, scale-ladder file holding one cell)."""
+    return lambda: markdown([title, *CELL_HEADER], [[label, *cell_cells(cell(path))] for label, path in cells])
+
+
+def ratio_table() -> list[str]:
+    """The seventh run's fp16/bf16 cells of the 1.5B shape at 1k, in the order they ran, and the medians' ratios."""
+    ratio = read_json("h200_scale_7/ladder-ratio.json")
+    rows = []
+    for c in ratio["ratio_cells"]:
+        learner = c["perf/time/score"] + c["perf/time/update"]
+        rows.append([c["dtype"], f"{c['step_time_s']:.2f}", f"{c['perf/time/sample']:.2f}", f"{learner:.2f}",
+                     f"{c['mfu']:.1%}"])
+    rows.append(["fp16 / bf16, medians", f"{ratio['fp16_over_bf16_step_time']['qwen2.5-1.5b']:.3f}x", "",
+                 f"{ratio['fp16_over_bf16_learner_time']['qwen2.5-1.5b']:.3f}x", ""])
+    return markdown(["cell (1.5B shape, 1k tokens, micro-batch 32, checkpointing)", "step s", "sample s",
+                     "learner s (rescoring + update)", "MFU"], rows)
+
+
+def profile_table() -> list[str]:
+    """The eighth run's profiled update of each dtype: all device time, matrix products and copies."""
+    ops = {}
+    for dtype in ("fp16", "bf16"):
+        c = cell(f"h200_scale_8/ladder-1k-profile-{dtype}.json")
+        _, _, ms, share = c["operators"][0]
+        ops[dtype] = {"all": ms / share} | {op[0]: op[2] for op in c["operators"]}
+    learner = {d: cell(f"h200_scale_8/ladder-1k-profile-{d}.json") for d in ("fp16", "bf16")}
+    learner = {d: c["perf/time/score"] + c["perf/time/update"] for d, c in learner.items()}
+    labels = {"all": "all device time", "aten::mm": "matrix products (`aten::mm`)", "aten::copy_": "copies (`aten::copy_`)"}
+    rows = [[label, f"{ops['fp16'][key]:,.0f}", f"{ops['bf16'][key]:,.0f}", f"{ops['fp16'][key] / ops['bf16'][key]:.3f}"]
+            for key, label in labels.items()]
+    rows.append(["timed rescoring + update (s, not profiled)", f"{learner['fp16']:.2f}", f"{learner['bf16']:.2f}",
+                 f"{learner['fp16'] / learner['bf16']:.3f}"])
+    return markdown(["the 1.5B shape at 1k, one profiled update per dtype", "fp16 ms", "bf16 ms", "fp16/bf16"], rows)
+
+
+def sampler_host_table() -> list[str]:
+    host = read_json("h200_scale_6/sampler-host.json")
+    ways = (("flat log-prob lists, collector paused (the sampler's way)", "sampler"),
+            ("flat lists, collector running", "collecting"), ("a log-prob dict per token, collector paused",
+                                                              "logprob-dicts"),
+            ("dicts, collector running (the former way)", "neither"))
+    rows = []
+    for label, way in ways:
+        [collections] = {batch["collections"] for batch in host["batches"][way]}
+        rows.append([label, f"{host['median_tokens_per_s'][way]:,.0f}", f"{collections:,}"])
+    ratio = host["median_tokens_per_s"]["sampler"] / host["median_tokens_per_s"]["neither"]
+    rows.append(["the sampler's way over the former", f"{ratio:.2f}x", ""])
+    return markdown(["the sampler's host side, 1,024 responses of ≤ 768 tokens (`benchmarks/sampler_host.py`)",
+                     "tok/s", "garbage collections a batch"], rows)
+
+
+def grid_table() -> list[str]:
+    return script("benchmarks/results/h200_scale/grid.py").grid_rows(RESULTS)
+
+
+# --- RL arms (§4c) ---
+
+ALGOS = {"pg": "IS-PG", "grpo": "GRPO", "grpo-tis": "GRPO-TIS"}
+DTYPE_ORDER = ("fp16", "fp32", "bf16")
+
+
+def arms(*folders: str) -> dict[str, list[dict]]:
+    return script("experiments/h200/arms_report.py").load_arms([RESULTS / f for f in folders])
+
+
+def arm_label(name: str) -> tuple[tuple, str, str]:
+    """("pg-fp16-s0") → its place in a table (dtype, then algorithm), its label ("IS-PG fp16 s0") and dtype."""
+    match = script("experiments/h200/arms_report.py").NAME.match(name)
+    algo, dtype = match.group("algo", "dtype")
+    rest = name[len(f"{algo}-{dtype}-"):]
+    return (DTYPE_ORDER.index(dtype), list(ALGOS).index(algo), rest), f"{ALGOS[algo]} {dtype} {rest}", dtype
+
+
+def held_out(values: dict, steps) -> str:
+    return " / ".join(fmt(values.get(s), ".2f") for s in steps)
+
+
+def samples_per_prompt(rows: list[dict]) -> str:
+    keys = {key for r in rows for key in r if key.startswith("eval/counting/avg@")}
+    return "/".join(sorted(key.rsplit("@", 1)[1] for key in keys)) or "–"
+
+
+ARM_COLUMNS: dict[str, tuple[str, Callable[[dict, list[dict], str], str]]] = {
+    "steps": ("steps", lambda s, *_: str(s["steps"])),
+    "first": ("first step to 0.9", lambda s, *_: fmt(s["first_step"], "d")),
+    "best": ("best 10-step mean (from step)", lambda s, *_: f"{s['best'][0]:.2f} ({s['best'][1]})"),
+    "windows": ("10-step means at 41 / 61 / 91", lambda s, *_: " / ".join(fmt(s["windows"][w], ".2f") for w in (41, 61, 91))),
+    "weights": ("per-step mean sequence weight π/μ", lambda s, *_: fmt(s["weights"] and s["weights"][0], ".2f") + "–"
+                + fmt(s["weights"] and s["weights"][1], ".2f")),
+    "logp": ("token mean \\|Δlogp\\|", lambda s, *_: f"{s['abs_logp_diff']:.1e}"),
+    "k3": ("k3", lambda s, *_: f"{s['k3']:.1e}"),
+    "seq_kl": ("seq KL", lambda s, *_: f"{s['seq_kl']:.1e}"),
+    "first_last": ("token \\|Δlogp\\|, first / last 20 steps",
+                   lambda s, *_: f"{s['abs_logp_diff_first_20']:.1e} / {s['abs_logp_diff_last_20']:.1e}"),
+    "held_out_200": ("held-out exact count at 50 / 100 / 150 / 200 (samples per prompt)",
+                     lambda s, rows, *_: f"{held_out(s['held_out'], (50, 100, 150, 200))} ({samples_per_prompt(rows)})"),
+    "held_out_100": ("held-out exact count at 50 / 100", lambda s, *_: held_out(s["held_out"], (50, 100))),
+    "reward_100": ("held-out reward at 50 / 100", lambda s, *_: held_out(s["held_out_reward"], (50, 100))),
+    "skipped": ("skipped fp16 steps", lambda s, _rows, dtype: f"{s['skipped']:.0f}" if dtype == "fp16" else "–"),
+}
+
+
+def arms_table(folders: tuple[str, ...], columns: tuple[str, ...]) -> Callable[[], list[str]]:
+    """One row per arm of ``folders`` (arms_report.py's figures), ``columns`` named from ARM_COLUMNS."""
+    def render() -> list[str]:
+        report = script("experiments/h200/arms_report.py")
+        found = arms(*folders)
+        rows = []
+        for name in sorted(found, key=lambda n: arm_label(n)[0]):
+            stats, (_, label, dtype) = report.arm_stats(found[name]), arm_label(name)
+            rows.append([label, *(ARM_COLUMNS[c][1](stats, found[name], dtype) for c in columns)])
+        return markdown(["arm", *(ARM_COLUMNS[c][0] for c in columns)], rows)
+    return render
+
+
+def steps_to_threshold_table() -> list[str]:
+    """Rounds 5–7: each IS-PG and GRPO run's first step to a 10-step mean of 0.9, by dtype."""
+    report = script("experiments/h200/arms_report.py")
+    firsts: dict[str, list[int]] = {}
+    for folder in ("h200_round5", "h200_round5/reference", "h200_round6", "h200_round7"):
+        for name, rows in arms(folder).items():
+            algo, dtype = report.NAME.match(name).group("algo", "dtype")
+            if algo in ("pg", "grpo"):
+                firsts.setdefault(dtype, []).append(report.arm_stats(rows)["first_step"])
+    return markdown(["dtype", "IS-PG and GRPO runs, rounds 5–7", "first step to a 10-step mean of 0.9", "median"],
+                    [[dtype, str(len(firsts[dtype])), ", ".join(map(str, sorted(firsts[dtype]))),
+                      f"{statistics.median(firsts[dtype]):g}"] for dtype in DTYPE_ORDER if dtype in firsts])
+
+
+def instruments_table(*folders: str) -> Callable[[], list[str]]:
+    """instruments.py's rows pooled by dtype, and bf16 over fp16, without the phantom column (all zero)."""
+    def render() -> list[str]:
+        lines = script("experiments/h200/instruments.py").dtype_rows([RESULTS / f for f in folders])
+        return [short_exponents(line.rsplit("|", 2)[0] + "|") for line in lines]
+    return render
+
+
+def length_slope_table(folder: str, arms_of: dict[str, str]) -> Callable[[], list[str]]:
+    """Per dtype: the share of steps whose sequence log-ratio fell with response length, and the median slope."""
+    def render() -> list[str]:
+        found = arms(folder)
+        rows = []
+        for dtype, name in arms_of.items():
+            slopes = [r["mismatch/seq_logratio_slope"] for r in found[name] if "reward/mean" in r]
+            share = sum(x < 0 for x in slopes) / len(slopes)
+            rows.append([dtype, f"{share:.0%}", f"{statistics.median(slopes):.1e}"])
+        return markdown(["dtype", "steps whose ρ fell with response length", "median slope of ρ per token"], rows)
+    return render
+
+
+def collapse_table() -> list[str]:
+    """Round 9's bf16 arm before its fall (steps 63–72) and after it (78–107)."""
+    rows = [r for r in arms("h200_round9")["pg-bf16-long-s1"] if "reward/mean" in r]
+
+    def mean(key: str, first: int, last: int) -> float:
+        return statistics.mean(r[key] for r in rows if first <= r["step"] <= last)
+    figures = (("training reward", "reward/mean", ".3f"), ("token mean \\|Δlogp\\|", "mismatch/abs_logp_diff_mean", ".1e"),
+               ("k3", "mismatch/k3", ".1e"), ("std of ρ", "mismatch/seq_logratio_std", ".1f"),
+               ("share of tokens at μ ≥ 0.9", "mismatch/mu/0.9-1/token_frac", ".2f"))
+    body = [[label, format(mean(key, 63, 72), spec), format(mean(key, 78, 107), spec)] for label, key, spec in figures]
+    return markdown(["IS-PG bf16 long-s1, means of steps", "63–72", "78–107"], body)
+
+
+def peer_table() -> list[str]:
+    saved = read_json("h200_peer_trl/peer_trl.json")
+    settings = saved["settings"]
+    text = script("benchmarks/peer_trl.py").table(saved["results"], settings["prompts_per_step"] * settings["num_samples"])
+    return text.splitlines()  # the ratios follow the table after a blank line
+
+
+LAB = "h200_mismatch_lab.json"
+ROUND7_LAB = "h200_round7/lab-pair/mismatch.json"
+TABLES: dict[str, Callable[[], list[str]]] = {
+    "lab": lambda: lab_table(LAB, [
+        ("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean", 3), ("max \\|Δ\\|", "mismatch/abs_logp_diff_max", 2),
+        ("std of ρ", "mismatch/seq_logratio_std", 3), ("k3 (per token)", "mismatch/k3", 3),
+        ("seq KL[μ‖π]", "mismatch/seq_kl", 3), ("slope of ρ / token", "mismatch/seq_logratio_slope", 2)]),
+    "lab-ratios": lambda: lab_ratios(LAB),
+    "step-time": step_time_table,
+    "round5-arms": arms_table(("h200_round5", "h200_round5/reference"),
+                              ("steps", "first", "logp", "k3", "seq_kl", "held_out_200", "skipped")),
+    "round5-instruments": instruments_table("h200_round5", "h200_round5/reference"),
+    "round6-arms": arms_table(("h200_round6",), ("first", "logp", "k3", "seq_kl", "first_last", "held_out_200", "skipped")),
+    "round7-arms": arms_table(("h200_round7",), ("first", "logp", "k3", "seq_kl", "first_last", "held_out_200", "skipped")),
+    "round7-lab": lambda: lab_table(ROUND7_LAB, [
+        ("token mean \\|Δlogp\\|", "mismatch/abs_logp_diff_mean", 3), ("std of ρ", "mismatch/seq_logratio_std", 3),
+        ("k3", "mismatch/k3", 3), ("sequence KL", "mismatch/seq_kl", 3),
+        ("\\|Δ\\| at μ < 0.1", "mismatch/mu/0-0.1/abs_logp_diff_mean", 2),
+        ("\\|Δ\\| at μ ≥ 0.9", "mismatch/mu/0.9-1/abs_logp_diff_mean", 2),
+        ("\\|Δ\\| at positions 0–16", "mismatch/position/0-16/abs_logp_diff_mean", 2),
+        ("\\|Δ\\| at positions 256–1024", "mismatch/position/256-1024/abs_logp_diff_mean", 2)]),
+    "round7-lab-ratios": lambda: lab_ratios(ROUND7_LAB),
+    "round7-speed": round7_speed_table,
+    "round8-arms": arms_table(("h200_round8",), ("steps", "best", "windows", "weights", "logp", "k3", "seq_kl",
+                                                 "held_out_100", "skipped")),
+    "round8-slopes": length_slope_table("h200_round8", {"bf16": "pg-bf16-long", "fp16": "pg-fp16-long"}),
+    "round9-arms": arms_table(("h200_round9",), ("steps", "best", "windows", "weights", "logp", "k3", "seq_kl",
+                                                 "reward_100", "skipped")),
+    "round9-collapse": collapse_table,
+    "round9-slopes": length_slope_table("h200_round9", {"bf16": "pg-bf16-long-s1", "fp16": "pg-fp16-long-s1"}),
+    "rounds5-7-steps-to-0.9": steps_to_threshold_table,
+    "scale-loops": loop_table("SmolLM2, counting, GRPO fp16, ≤ 768 tokens", [
+        ("before the scale work (53f1609), 8 × 4", "h200_scale/before-53f1609-loop-8x4.metrics.jsonl"),
+        ("first run, 8 × 4", "h200_scale/loop-8x4"), ("first run, 128 × 8", "h200_scale/loop-128x8"),
+        ("sixth run, 128 × 8", "h200_scale_6/loop-128x8-1024")]),
+    "scale2-loops": loop_table("SmolLM2, counting, GRPO fp16", [
+        ("8 × 4, `--vllm-kv-cache-gb 2`", "h200_scale_2/loop-8x4"),
+        ("128 × 8, `--vllm-kv-cache-gb 30`", "h200_scale_2/loop-128x8"),
+        ("128 × 8 tuned: `--vllm-max-num-seqs 512 --micro-batch-tokens 53248`", "h200_scale_2/loop-128x8-tuned")]),
+    "scale3-cells": cell_table("the 1.5B shape (1.78B, untied), 64 responses, fp16, checkpointing", [
+        ("8,192 tokens", "h200_scale_3/ladder-8k.json"), ("4,096 tokens", "h200_scale_3/ladder-4k.json")]),
+    "scale3-loops": loop_table("SmolLM2, counting, GRPO fp16, 8 × 4", [
+        ("before the scale work (53f1609)", "h200_scale/before-53f1609-loop-8x4.metrics.jsonl"),
+        ("`--vllm-kv-cache-gb 2`", "h200_scale_3/loop-8x4"),
+        ("the cache the utilization leaves (~40 GiB)", "h200_scale_3/loop-8x4-util")]),
+    "scale4-loops": loop_table("SmolLM2, counting, GRPO fp16, 128 × 8, ≤ 768 tokens", [
+        ("a seed per row, π_old rescored", "h200_scale_4/loop-128x8-tuned"),
+        ("`--no-vllm-row-seeds --no-rescore`", "h200_scale_4/loop-128x8-fast")]),
+    "scale4-cells": cell_table("the 1.5B shape, 64 responses of 4,096 tokens, fp16", [
+        ("gradient checkpointing (third run)", "h200_scale_3/ladder-4k.json"),
+        ("no checkpointing", "h200_scale_4/ladder-4k-no-ckpt.json")]),
+    "scale4-ratio": lambda: [
+        "| the 1.5B shape at 1k, fp16 / bf16 (medians of the run's cells) | step time | learner time |", "|---|---|---|",
+        "| fourth run | " + " | ".join(f"{read_json('h200_scale_4/ladder-ratio.json')[f'fp16_over_bf16_{p}_time']['qwen2.5-1.5b']:.3f}x"
+                                     for p in ("step", "learner")) + " |"],
+    "scale5-cells": cell_table("the 1.5B shape, 64 responses of 4,096 tokens, fp16, no checkpointing", [
+        ("`--compile-layers`", "h200_scale_5/ladder-4k-compiled.json"), ("eager", "h200_scale_5/ladder-4k-no-ckpt.json")]),
+    "scale5-loops": loop_table("SmolLM2, 128 × 8, `--no-vllm-row-seeds --no-rescore`", [
+        ("fourth run (padding mask, memory-efficient attention)", "h200_scale_4/loop-128x8-fast"),
+        ("fifth run (no mask for right-padded rows, flash attention)", "h200_scale_5/loop-128x8-fast")]),
+    "scale6-loops": loop_table("SmolLM2, 128 × 8, `--no-vllm-row-seeds --no-rescore`", [
+        ("fifth run (512 sequences at once, update eager)", "h200_scale_5/loop-128x8-fast"),
+        ("sixth run (1,024 sequences with CUDA graphs, flat log-probs, collector paused, `--compile-layers`)",
+         "h200_scale_6/loop-128x8-1024")]),
+    "scale6-sampler-host": sampler_host_table,
+    "scale6-cells": cell_table("grid cell, 64 responses run to the limit, fp16, checkpointing", [
+        (f"{label} × {n:,}", f"h200_scale_6/ladder-{model}-{n}.json")
+        for label, model, lengths in (("SmolLM2-135M", "smollm2-135m", (1024, 4096, 8192)),
+                                      ("Qwen2.5-0.5B", "qwen2.5-0.5b", (1024,))) for n in lengths]),
+    "scale7-ratio": ratio_table,
+    "scale8-profile": profile_table,
+    "scale8-cells": cell_table("Qwen2.5-3B, 64 responses, fp16, checkpointing", [
+        (f"{n:,} tokens", f"h200_scale_8/ladder-qwen2.5-3b-{n}.json") for n in (1024, 4096, 8192)]),
+    "scale8-compiled": cell_table("the 1.5B shape, 4,096 tokens, no checkpointing, `--compile-layers`", [
+        ("fifth run (log-softmax eager)", "h200_scale_5/ladder-4k-compiled.json"),
+        ("eighth run (log-softmax compiled)", "h200_scale_8/ladder-4k-compiled.json")]),
+    "grid": grid_table,
+    "peer-trl": peer_table,
+}
+
+
+def render(page: str, tables: dict[str, Callable[[], list[str]]] = TABLES) -> tuple[str, list[str]]:
+    """The page with every marked table rewritten, and the names of the tables that changed."""
+    lines, out, changed = page.split("\n"), [], []
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        match = MARKER.match(lines[i])
+        i += 1
+        if not match:
+            continue
+        name, indent = match["name"], match["indent"]
+        if name not in tables:
+            raise SystemExit(f"docs/results.md names a table '{name}' that benchmarks/results_tables.py does not "
+                             f"render; add it to TABLES or fix the marker")
+        end = f"{indent}<!-- /table: {name} -->"
+        try:
+            close = lines.index(end, i)
+        except ValueError:
+            raise SystemExit(f"docs/results.md: table '{name}' has no closing '{end.strip()}'; add it after the table")
+        fresh = [f"{indent}{line}".rstrip() for line in tables[name]()]
+        if fresh != lines[i:close]:
+            changed.append(name)
+        out.extend(fresh)
+        i = close
+    return "\n".join(out), changed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is not its files'")
+    parser.add_argument("--page", type=Path, default=PAGE, help="the page whose marked tables to write")
+    args = parser.parse_args(argv)
+    text, changed = render(args.page.read_text())
+    if args.check:
+        if changed:
+            print(f"{args.page}: out of date with benchmarks/results: {', '.join(changed)}; "
+                  f"run python benchmarks/results_tables.py")
+            return 1
+        return 0
+    args.page.write_text(text)
+    print(f"{args.page}: rewrote {len(changed)} table(s){': ' + ', '.join(changed) if changed else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
