@@ -43,7 +43,6 @@ def main(argv=None) -> dict:
     from precision_oat.args import algorithm_spec
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.models import load_policy, resolve_device
-    from precision_oat.precision.lm_head import head_is_tied
     from precision_oat.precision.weight_sync import push_weights
     from precision_oat.presets import parse_args
     from precision_oat.rl.step import finished
@@ -57,7 +56,6 @@ def main(argv=None) -> dict:
     device = resolve_device(args.train.device)
     precision = args.precision.build()
     policy = load_policy(args.model)
-    head_tied = head_is_tied(policy.model)
     folder = Path(args.log.output_dir or "runs/weight_sync") / "vllm_init"
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed, folder=folder)
     learner = build_learner(args, policy.model, precision, algorithm_spec(args), device)
@@ -72,7 +70,7 @@ def main(argv=None) -> dict:
             pass
 
     def push():
-        push_weights(sampler, learner.export_weights(), precision, head_tied)
+        push_weights(sampler, learner.export_weights(), precision)
 
     times = {name: [] for name in PARTS}
     push()  # the first push may differ (allocations, vLLM's first reload); it is not timed

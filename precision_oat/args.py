@@ -27,7 +27,7 @@ from precision_oat.algorithms.registry import valid_names
 from precision_oat.checks import Checked, reject
 from precision_oat.errors import UserError
 from precision_oat.precision.policy import (RUN_PREFLIGHT_MARGIN, DType, LmHeadDType, LossScaling, LossScalingMode,
-                                            Precision)
+                                            Precision, SamplerDType)
 from precision_oat.tasks.arithmetic import ARITHMETIC_TEMPLATES
 from precision_oat.tasks.counting import SHOWN as COUNT_SHOWN
 from precision_oat.tasks.task import DEFAULT_GRADING_TIMEOUT_S
@@ -95,8 +95,9 @@ class PrecisionArgs(Checked):
 
     # Dtype of the sampler and the trainer; the per-side flags below override it.
     dtype: DType = "fp16"
-    # Sampler (rollout) dtype; None follows --dtype.
-    sampler_dtype: Optional[DType] = None
+    # Sampler (rollout) dtype; None follows --dtype. fp8 (vLLM on CUDA): linear layers in FP8 W8A8, the rest in the
+    # trainer dtype.
+    sampler_dtype: Optional[SamplerDType] = None
     # Trainer (forward/backward) dtype; None follows --dtype.
     trainer_dtype: Optional[DType] = None
     # Dtype of the weights the optimiser updates.
@@ -119,6 +120,8 @@ class PrecisionArgs(Checked):
     allow_unscaled_fp16: bool = False
     # Final projection and logits: in each side's dtype ("same") or in fp32 on sampler and trainer.
     lm_head_dtype: LmHeadDType = "same"
+    # vLLM on CUDA: batch-invariant kernels (VLLM_BATCH_INVARIANT) for the sampler and, in the same process, the trainer.
+    batch_invariant: bool = False
     # Local engine: train in fp16 even when the automatic fp16 preflight finds too little headroom.
     skip_fp16_preflight: bool = False
     # Local engine: the fp16 preflight refuses a run whose activation headroom (65504 / max|x|) is below this.
@@ -156,6 +159,7 @@ class PrecisionArgs(Checked):
             hysteresis=self.loss_scale_hysteresis,
             min_scale=self.min_loss_scale,
             lm_head_dtype=self.lm_head_dtype,
+            batch_invariant=self.batch_invariant,
         )
 
 
@@ -661,7 +665,9 @@ def _check_bypass_mode(args: Args, responses: int) -> None:
 
 
 def _check_sampler_precision(args: Args) -> None:
-    """Top-p and an fp32 lm_head need both sides to agree, which only the built-in sampler and learner can."""
+    """What the sampler's precision choices need: top-p only where the trainer sees the kept tokens, fp8 and
+    batch-invariant kernels only on vLLM on CUDA, and none of the three where Oat builds its own engines."""
+    p = args.precision
     vllm = args.backend == "oat" or args.rollout.sampler == "vllm"
     where = "--backend oat" if args.backend == "oat" else "--sampler vllm"
     if vllm and args.rollout.top_p < 1:
@@ -669,13 +675,25 @@ def _check_sampler_precision(args: Args) -> None:
                f"with {where} the trainer cannot score under vLLM's top-p truncation (vLLM does not report the "
                "tokens it kept), so every ratio would be biased; use --top-p 1 or --sampler builtin "
                "(--eval-top-p stays free)")
-    if args.precision.lm_head_dtype == "fp32":
-        if vllm:
-            reject("lm_head_dtype", "fp32", f"vLLM computes a generating model's lm_head in the model dtype, so "
-                   f"{where} cannot match an fp32 head; use --lm-head-dtype same or --sampler builtin")
-        if args.train.learner == "deepspeed":
-            reject("lm_head_dtype", "fp32", "DeepSpeed casts every weight to the trainer dtype; use "
-                   "--lm-head-dtype same or --learner builtin")
+    choices = [("--sampler-dtype fp8", p.sampler_dtype == "fp8"), ("--batch-invariant", p.batch_invariant),
+               ("--lm-head-dtype fp32", p.lm_head_dtype == "fp32")]
+    for flag, chosen in choices:
+        if chosen and args.backend == "oat":
+            raise UserError(f"{flag} works with --backend local only: Oat builds its own vLLM engines and learner")
+    for flag, chosen in choices[:2]:
+        if not chosen:
+            continue
+        if args.rollout.sampler != "vllm":
+            raise UserError(f"{flag} is a vLLM kernel choice; add --sampler vllm")
+        if not _cuda_visible(args.train.device):
+            raise UserError(f"{flag}: vLLM's {'FP8' if 'fp8' in flag else 'batch-invariant'} kernels run on CUDA "
+                            f"only; drop {flag} here, or run on a CUDA GPU")
+
+
+def _cuda_visible(device: str) -> bool:
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available()
 
 
 def _check_advantage(spec, num_samples: int) -> None:

@@ -157,11 +157,11 @@ def test_algo_flag_lists_every_recipe():
     assert cli_flags()["--algo"].choices == list(RECIPES)
 
 
-def test_dtype_flags_list_fp16_bf16_fp32():
+def test_dtype_flags_list_fp16_bf16_fp32_and_the_sampler_fp8_too():
     flags = cli_flags()
     assert flags["--dtype"].choices == ["fp16", "bf16", "fp32"]
     assert flags["--master-dtype"].choices == ["fp16", "bf16", "fp32"]
-    assert flags["--sampler-dtype"].choices == ["None", "fp16", "bf16", "fp32"]
+    assert flags["--sampler-dtype"].choices == ["None", "fp8", "fp16", "bf16", "fp32"]
     assert flags["--trainer-dtype"].choices == ["None", "fp16", "bf16", "fp32"]
 
 

@@ -109,8 +109,13 @@ BAD_INPUTS: list[Bad] = [
     bad("--learner", "deepspeed", "--dtype", "bf16", "--master-dtype", "bf16", flag="--master-dtype", cli=True),
     bad("--fp16-preflight-margin", "0"),
     bad(flag="--lm-head-dtype", preset="lm_head_dtype: fp16\n"),
-    bad("--lm-head-dtype", "fp32", "--sampler", "vllm", flag="--lm-head-dtype", cli=True),  # vLLM: head in model dtype
-    bad("--lm-head-dtype", "fp32", "--learner", "deepspeed", flag="--lm-head-dtype"),
+    bad("--backend", "oat", "--lm-head-dtype", "fp32", flag="--lm-head-dtype"),  # Oat builds its own engines
+    bad("--sampler-dtype", "fp8", flag="--sampler-dtype", cli=True),  # FP8 is vLLM's: needs --sampler vllm
+    bad("--sampler-dtype", "fp8", "--sampler", "vllm", "--device", "cpu", flag="--sampler-dtype"),  # CUDA only
+    bad("--dtype", "fp32", "--sampler-dtype", "fp8", "--sampler", "vllm", flag="--sampler-dtype"),  # rest in fp32?
+    bad("--batch-invariant", flag="--batch-invariant"),
+    bad("--batch-invariant", "--sampler", "vllm", "--device", "cpu", flag="--batch-invariant"),
+    bad("--backend", "oat", "--batch-invariant", flag="--batch-invariant"),
     bad("--top-p", "0.9", "--sampler", "vllm", flag="--top-p"),  # vLLM does not report its kept set
     bad("--top-p", "0.9", "--backend", "oat", flag="--top-p"),
     # --- algorithm ---

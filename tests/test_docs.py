@@ -79,7 +79,7 @@ def _batch(seed: int = 0) -> PolicyBatch:
 def test_every_mismatch_metric_is_in_metrics():
     b = _batch()
     keys = mismatch_metrics(b.sampler_logprobs, b.old_logprobs, b.mask)
-    assert len(keys) == 12
+    assert len(keys) == 13
     missing = [k for k in keys if not _documented(k, METRICS)]
     assert not missing, f"docs/metrics.md lacks {missing}"
 

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from precision_oat.backends.local.driver import train
 from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
-from precision_oat.precision.lm_head import head_is_tied, use_fp32_head
+from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.samplers.kv_cache import KVCacheSampler
@@ -19,16 +19,16 @@ from tests.conftest import save_byte_model, tiny_model
 from tests.backends.helpers import make_args
 
 
-def test_fp32_head_keeps_an_untied_head_in_fp32_and_the_rest_in_bf16():
+def test_fp32_head_projects_in_fp32_from_the_bf16_weight():
     model = use_fp32_head(tiny_model("llama").to(torch.bfloat16))
-    assert model.lm_head.weight.dtype == torch.float32
-    assert model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
+    assert model.lm_head.weight.dtype == torch.bfloat16  # the weight stays in the model dtype, as vLLM's does
     ids = torch.tensor([[3, 4, 5, 6]])
     logits = model(input_ids=ids).logits
     assert logits.dtype == torch.float32
-    # The same as the fp32 projection of the bf16 model's final hidden state.
+    # The fp32 product of the bf16 model's final hidden state and the bf16 weight, both upcast exactly.
     hidden = model.model(input_ids=ids).last_hidden_state
-    assert torch.equal(logits, hidden.float() @ model.lm_head.weight.T)
+    assert torch.equal(logits, hidden.float() @ model.lm_head.weight.float().T)
+    assert not torch.equal(logits, (hidden @ model.lm_head.weight.T).float())  # the bf16 product rounds
 
 
 def test_fp32_head_of_a_tied_model_upcasts_the_shared_bf16_matrix():
@@ -44,7 +44,7 @@ def test_fp32_head_arm_computes_the_head_in_fp32_on_both_sides():
     sampler = KVCacheSampler(model, precision.sampler_dtype, fp32_head=precision.fp32_head)
     trainer = build_trainer("hf", model, precision, torch.device("cpu"), 8)
     for side in (sampler.model, trainer):
-        assert side.lm_head.weight.dtype == torch.float32 and side.model.norm.weight.dtype == torch.bfloat16
+        assert side.lm_head.weight.dtype == torch.bfloat16 and side.model.norm.weight.dtype == torch.bfloat16
     ids = torch.tensor([[3, 4, 5]])
     attention = torch.ones_like(ids)
     sampler_logits, _ = sampler.decoder.forward(ids, torch.arange(3)[None], attention, None)
@@ -84,8 +84,9 @@ def test_lab_measures_bf16_and_bf16_with_an_fp32_head_side_by_side(untied_byte_m
     assert head["mismatch/abs_logp_diff_mean"] != plain["mismatch/abs_logp_diff_mean"]
 
 
-def test_bf16_run_with_an_fp32_head_trains_and_syncs_an_fp32_head(tmp_path, embedded_policy_dir, capsys):
-    # An untied copy of the embedded policy, so that lm_head.weight is its own fp32 tensor on both sides.
+@pytest.mark.parametrize("learner", ["builtin", "deepspeed"])
+def test_bf16_run_with_an_fp32_head_trains_and_syncs_the_bf16_head(tmp_path, embedded_policy_dir, capsys, learner):
+    # An untied copy of the embedded policy, so that lm_head.weight is its own tensor on both sides.
     model = AutoModelForCausalLM.from_pretrained(embedded_policy_dir)
     model.config.tie_word_embeddings = False
     model.lm_head.weight = torch.nn.Parameter(model.model.embed_tokens.weight.detach().clone())
@@ -93,36 +94,31 @@ def test_bf16_run_with_an_fp32_head_trains_and_syncs_an_fp32_head(tmp_path, embe
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(embedded_policy_dir).save_pretrained(folder)
     train(make_args(model=str(folder), dtype="bf16", lm_head_dtype="fp32", steps=2, learning_rate=1e-2,
-                    output_dir=str(tmp_path / "run")))
+                    learner=learner, output_dir=str(tmp_path / "run")))
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["precision_contract"]["lm_head"] == "fp32"
-    assert config["precision_contract"]["weight_sync"] == "bf16 (lm_head.weight fp32)"
-    assert "weight sync bf16 (lm_head.weight fp32) · lm_head fp32\n" in capsys.readouterr().out
+    assert config["precision_contract"]["lm_head"] == "fp32 compute from the bf16 weight"
+    assert config["precision_contract"]["weight_sync"] == "bf16"
+    assert "weight sync bf16 · lm_head fp32 compute from the bf16 weight\n" in capsys.readouterr().out
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(0 < r["mismatch/abs_logp_diff_mean"] < 1 for r in rows)
 
 
-@pytest.mark.parametrize("kind, tied", [("qwen2", True), ("llama", False)])
-def test_contract_and_weight_sync_check_agree_on_where_an_fp32_head_weight_lives(kind, tied):
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])  # tied, untied
+def test_the_checked_sync_finds_the_fp32_head_sampler_holding_every_weight_in_bf16(kind):
     model = tiny_model(kind)
     precision = Precision.from_flags("bf16", lm_head_dtype="fp32")
     sampler = KVCacheSampler(model, precision.sampler_dtype, fp32_head=True)
-    assert head_is_tied(sampler.model) == tied
-    # A tied head keeps the embedding's bf16 weight; an untied one is stored in fp32.
-    assert sampler.model.lm_head.weight.dtype == precision.sync_dtype("lm_head.weight", tied)
-    contract = precision.contract(tied)
-    assert contract["weight_sync"] == ("bf16" if tied else "bf16 (lm_head.weight fp32)")
-    assert contract["lm_head"] == ("fp32 compute, weight tied to the embedding in bf16" if tied else "fp32")
-    # The checked sync casts each master to the dtype the contract names and finds the sampler's copy equal.
-    assert push_weights(sampler, model.named_parameters(), precision, tied) == len(list(model.parameters()))
+    assert {p.dtype for p in sampler.model.parameters()} == {torch.bfloat16}
+    # The checked sync casts each master to the sampler dtype and finds the sampler's copy equal.
+    assert push_weights(sampler, model.named_parameters(), precision) == len(list(model.parameters()))
 
 
-def test_bf16_run_with_an_fp32_head_on_a_tied_model_prints_and_records_the_tied_contract(tmp_path, embedded_policy_dir,
+def test_bf16_run_with_an_fp32_head_on_a_tied_model_prints_and_records_the_contract(tmp_path, embedded_policy_dir,
                                                                                         capsys):
     train(make_args(model=str(embedded_policy_dir), dtype="bf16", lm_head_dtype="fp32", steps=1,
                     output_dir=str(tmp_path)))
     out = capsys.readouterr().out
     assert ("precision contract: sampler bf16 · trainer compute bf16 · master weights fp32 · weight sync bf16 · "
-            "lm_head fp32 compute, weight tied to the embedding in bf16\n") in out
+            "lm_head fp32 compute from the bf16 weight\n") in out
     contract = json.loads((tmp_path / "config.json").read_text())["precision_contract"]
-    assert contract["weight_sync"] == "bf16" and contract["lm_head"] == "fp32 compute, weight tied to the embedding in bf16"
+    assert contract["weight_sync"] == "bf16" and contract["lm_head"] == "fp32 compute from the bf16 weight"

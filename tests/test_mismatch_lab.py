@@ -14,7 +14,7 @@ from precision_oat.mismatch.lab import RATIO_KEYS, LabArgs, run_lab
 STAT_KEYS = {
     "mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismatch/abs_logp_diff_max",
     "mismatch/prob_diff_max", "mismatch/prob_diff_min", "mismatch/seq_logratio_mean", "mismatch/seq_logratio_std",
-    "mismatch/seq_logratio_abs_max", "mismatch/seq_logratio_slope", "mismatch/seq_kl",
+    "mismatch/seq_logratio_abs_max", "mismatch/seq_logratio_slope", "mismatch/seq_kl", "mismatch/ratio_out_of_band",
 }
 
 

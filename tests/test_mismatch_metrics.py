@@ -43,11 +43,21 @@ def test_hand_computed_metrics():
         "mismatch/seq_logratio_abs_max": LN2,
         "mismatch/seq_logratio_slope": -2 * LN2,  # (ln 2 − (−ln 2)) / (1 − 2)
         "mismatch/seq_kl": 0.25,  # mean(0.193147 + 0, 0.306853)
+        "mismatch/ratio_out_of_band": 2 / 3,  # π/μ = ½, 1, 2: two of three outside [0.9, 1.1]
     }
     assert set(m) == set(expected)
     for key, value in expected.items():
         assert type(m[key]) is float
         assert m[key] == pytest.approx(value, abs=1e-6, rel=1e-4), key
+
+
+def test_ratio_band_is_closed_and_counts_only_response_tokens():
+    # Δ = ln 0.95, ln 1.05 (inside), ln 0.85, ln 1.2 (outside); padding with π/μ = e^5 does not count
+    ratios = torch.tensor([[0.95, 1.05, 0.85], [1.2, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    delta = torch.where(mask > 0, ratios.clamp(min=1e-9).log(), 5.0)
+    sampler = torch.full_like(delta, -2.0)
+    assert mismatch_metrics(sampler, sampler + delta, mask)["mismatch/ratio_out_of_band"] == pytest.approx(0.5)
 
 
 def test_a_row_without_response_tokens_changes_nothing():
@@ -82,7 +92,7 @@ def test_equal_logprobs_give_zero_mismatch():
 
 def test_empty_mask_gives_zeros():
     m = mismatch_metrics(torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2, 3))
-    assert len(m) == 12 and all(v == 0.0 for v in m.values())
+    assert len(m) == 13 and all(v == 0.0 for v in m.values())
 
 
 def test_metrics_are_computed_in_float64_and_detached():

@@ -22,7 +22,6 @@ from precision_oat.learners.learner import Learner
 from precision_oat.learners.lora import merged_lora_weights
 from precision_oat.learners.master_weights import MasterWeights
 from precision_oat.learners.weight_decay import decay_groups
-from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.loss_scaler import LossScaler
 from precision_oat.precision.policy import Precision
 from precision_oat.rl.step import UpdateSettings
@@ -33,8 +32,6 @@ class PrecisionLearner(Learner):
                  train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
         super().__init__(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
         self.model = self.model.to(device=device, dtype=precision.trainer_dtype)
-        if precision.fp32_head:
-            use_fp32_head(self.model)
         self.model.train()
         trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.weights = MasterWeights(trainable, precision.master_dtype)

@@ -151,7 +151,11 @@ def _unpartitioned_masters(optimizer) -> dict[int, torch.Tensor]:
 
 def inference_engine(model: torch.nn.Module, precision: Precision, device: torch.device, micro_batch_size: int):
     """``model`` in a DeepSpeed engine (trainer dtype, ZeRO 0), for scoring only."""
+    from precision_oat.precision.lm_head import use_fp32_head
+
     deepspeed = import_deepspeed()
+    if precision.fp32_head:
+        use_fp32_head(model)
     ensure_process_group(device)
     config = engine_config(precision, device, micro_batch_size, 0, None)
     engine, *_ = deepspeed.initialize(model=model.to(device), config=config)

@@ -24,6 +24,7 @@ import torch
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.learners.lora import add_lora
+from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.policy import Precision
 from precision_oat.rl.scoring import token_logprobs
 from precision_oat.rl.step import RLStep, UpdateSettings
@@ -50,6 +51,8 @@ class Learner(RLStep):
             getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
             if lora.lora_rank > 0:
                 model.enable_input_require_grads()
+        if precision.fp32_head:
+            use_fp32_head(model)
         self.model = model
 
     def set_train(self, mode: bool) -> None:

@@ -14,7 +14,10 @@ the floor that batch layout and kernel choice alone put under every sampler-vs-t
 
 An arm ``<dtype>+fp32head`` (``bf16+fp32head``, ``fp16+fp32head``) runs both sides in the dtype
 with the final projection and the logits in fp32 (``--lm-head-dtype fp32``), so the lab measures
-bf16, bf16 with an fp32 head, fp16 and fp32 side by side.
+bf16, bf16 with an fp32 head, fp16 and fp32 side by side. The arm ``fp8`` samples with vLLM's linear
+layers in FP8 (``--sampler-dtype fp8``, the rest bf16) and scores in bf16. ``--batch-invariant`` runs
+every arm on vLLM's batch-invariant kernels (both sides; the kernels stay for the whole process,
+so a comparison with and without takes two runs of the lab).
 
 Outputs: ``OUTPUT_DIR/mismatch.json`` and the two figures of the paper's Fig. 5 (token
 probabilities μ vs π; sequence log-ratio ρ = Σ_t Δ_t against response length).
@@ -40,9 +43,10 @@ from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score, token_logprobs, 
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).
 RATIO_KEYS = ("abs_logp_diff_mean", "seq_logratio_std", "k3", "seq_kl")
-# What the lab can measure: a dtype for both sides, or that dtype with an fp32 lm_head and fp32 logits.
+# What the lab can measure: a dtype for both sides, or that dtype with an fp32 lm_head and fp32 logits;
+# fp8 samples with FP8 linear layers (the rest bf16) and scores in bf16.
 FP32_HEAD = "+fp32head"
-LabArm = Literal["bf16", "fp16", "fp32", "bf16+fp32head", "fp16+fp32head"]
+LabArm = Literal["fp8", "bf16", "fp16", "fp32", "fp8+fp32head", "bf16+fp32head", "fp16+fp32head"]
 
 
 @dataclass
@@ -71,6 +75,8 @@ class PairSettings:
     vllm_gpu_memory_utilization: float = 0.2
     # vLLM: no CUDA graphs (starts faster, decodes slower).
     vllm_enforce_eager: bool = False
+    # vLLM on CUDA: batch-invariant kernels for the sampler and the trainer (the whole process).
+    batch_invariant: bool = False
 
     def rollout_args(self, longest_prompt: int):
         """The sampler's settings. Its engines never sleep: every arm's engine stays alive in this one process,
@@ -100,12 +106,16 @@ class LabArgs(PairSettings, PromptSource):
     self_consistency: bool = True
 
 
-def arm_precision(arm: str):
-    """The :class:`~precision_oat.precision.policy.Precision` of a lab arm such as ``bf16`` or ``bf16+fp32head``."""
+def arm_precision(arm: str, batch_invariant: bool = False):
+    """The :class:`~precision_oat.precision.policy.Precision` of a lab arm such as ``bf16``, ``bf16+fp32head`` or
+    ``fp8``."""
     from precision_oat.precision.policy import Precision
 
     dtype = arm.removesuffix(FP32_HEAD)
-    return Precision.from_flags(dtype, lm_head_dtype="fp32" if arm.endswith(FP32_HEAD) else "same")
+    fp8 = dtype == "fp8"
+    return Precision.from_flags("bf16" if fp8 else dtype, sampler_dtype="fp8" if fp8 else None,
+                                lm_head_dtype="fp32" if arm.endswith(FP32_HEAD) else "same",
+                                batch_invariant=batch_invariant)
 
 
 def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype: str, device: torch.device,
@@ -117,7 +127,7 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
     from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
     tokenizer = policy.tokenizer
-    precision = arm_precision(dtype)
+    precision = arm_precision(dtype, pair.batch_invariant)
     params = SamplingParams(pair.num_samples, pair.temperature, 1.0, pair.max_new_tokens, stop_token_ids(tokenizer),
                             pair.seed)
     sampler = build_sampler(policy, precision, device, pair.rollout_args(max(len(p) for p in prompt_ids)), pair.seed,
@@ -210,10 +220,11 @@ def check_lab_args(args: LabArgs) -> None:
 
     check_prompt_source(args)
     if not args.dtypes:
-        raise UserError("--dtypes: give at least one of bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
-    if any(d.endswith(FP32_HEAD) for d in args.dtypes) and (args.sampler, args.trainer) != ("builtin", "hf"):
-        raise UserError(f"--dtypes {' '.join(args.dtypes)}: an fp32 lm_head needs --sampler builtin --trainer hf "
-                        "(vLLM computes a generating model's head in the model dtype, DeepSpeed casts every weight)")
+        raise UserError("--dtypes: give at least one of fp8, bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
+    for what, chosen in (("--dtypes fp8", any(d.startswith("fp8") for d in args.dtypes)),
+                         ("--batch-invariant", args.batch_invariant)):
+        if chosen and args.sampler != "vllm":
+            raise UserError(f"{what} is a vLLM kernel choice; add --sampler vllm")
     flags = {}
     if args.sampler == "vllm":
         flags["vllm"] = ("--sampler vllm", "--sampler builtin")
@@ -221,7 +232,11 @@ def check_lab_args(args: LabArgs) -> None:
         flags["deepspeed"] = ("--trainer deepspeed", "--trainer hf")
     stacks.require_all(flags)
     device = resolve_device(args.device)
-    refused = [d for d in args.dtypes if args.trainer == "deepspeed" and deepspeed_refuses(d, device)]
+    if device.type != "cuda" and (args.batch_invariant or any(d.startswith("fp8") for d in args.dtypes)):
+        raise UserError(f"--dtypes {' '.join(args.dtypes)}{' --batch-invariant' if args.batch_invariant else ''}: "
+                        "vLLM's FP8 and batch-invariant kernels run on CUDA only; measure them on a CUDA GPU")
+    refused = [d for d in args.dtypes
+               if args.trainer == "deepspeed" and deepspeed_refuses(arm_precision(d).trainer, device)]
     if refused:
         kept = [d for d in args.dtypes if d not in refused] or ["bf16", "fp32"]
         raise UserError(f"--trainer deepspeed --dtypes {' '.join(args.dtypes)}: DeepSpeed refuses fp16 without a CUDA "
@@ -235,6 +250,10 @@ def run_lab(args: LabArgs, log=print) -> dict:
 
     check_lab_args(args)
     device = resolve_device(args.device)
+    if args.batch_invariant:
+        from precision_oat.precision.batch_invariance import enable_batch_invariance
+
+        enable_batch_invariance()
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file,
@@ -244,7 +263,7 @@ def run_lab(args: LabArgs, log=print) -> dict:
         raise UserError("--prompt-data: no prompts to sample from")
     prompt_ids = [policy.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
     log(f"mismatch lab · {args.model or 'embedded arithmetic policy'} · sampler {args.sampler} · trainer {args.trainer} · "
-        f"device {device} · {len(prompts)} prompts × "
+        f"device {device}{' · batch-invariant kernels' if args.batch_invariant else ''} · {len(prompts)} prompts × "
         f"{args.num_samples} samples · ≤{args.max_new_tokens} new tokens · T={args.temperature}")
 
     results, histograms = {}, {}

@@ -2,11 +2,11 @@
 
 The logits are where a half-precision forward rounds hardest relative to what is read from
 it: a bf16 logit of 20 carries an error of up to 0.06, which log-softmax passes straight
-into log π. :func:`use_fp32_head` makes an HF causal LM upcast the hidden state before its
-output projection and return fp32 logits. An untied head's weight is stored in fp32 (the
-masters' values exactly); a head tied to the input embedding keeps the embedding's dtype,
-since the embedding lookup feeds the rest of the network, and is upcast for the product.
-Both sides (the built-in sampler and the trainer) do the same.
+into log π. :func:`use_fp32_head` makes an HF causal LM upcast the hidden state and the head's
+weight for its output projection and return fp32 logits; the weight itself stays in the model's
+dtype, as vLLM's fp32 head (``hf_overrides={"head_dtype": "float32"}``) keeps it, so that the
+weight sync, DeepSpeed's compute weights and every sampler hold one copy of it in one dtype.
+Every side does the same: the built-in sampler, vLLM, and the trainer (built-in or DeepSpeed).
 """
 
 from __future__ import annotations
@@ -17,16 +17,9 @@ import torch
 import torch.nn.functional as F
 
 
-def head_is_tied(model: torch.nn.Module) -> bool:
-    """True when the output projection shares its weight with the input embedding."""
-    return model.get_output_embeddings().weight is model.get_input_embeddings().weight
-
-
 def use_fp32_head(model: torch.nn.Module) -> torch.nn.Module:
-    """Make ``model`` (already in its compute dtype) compute its output projection in fp32; returns it."""
+    """Make ``model`` compute its output projection in fp32 from its weight in the model's dtype; returns it."""
     head = model.get_output_embeddings()
-    if not head_is_tied(model):
-        head.float()
     head.forward = MethodType(_fp32_projection, head)
     return model
 

@@ -13,6 +13,7 @@ over the sequences with at least one response token. KL estimators follow Schulm
     mismatch/seq_logratio_mean     mean ρ           (…_std: population std, …_abs_max: max |ρ|)
     mismatch/seq_logratio_slope    least-squares slope of ρ against response length
     mismatch/seq_kl                mean over sequences of Σ_t (exp Δ − 1 − Δ) ≥ 0
+    mismatch/ratio_out_of_band     share of tokens whose π/μ = exp Δ lies outside :data:`RATIO_BAND`
 
 :func:`mismatch_breakdown` says where the mismatch lives. Buckets are half-open [lo, hi),
 the last one open to the right; a bucket without tokens gets no key.
@@ -36,9 +37,13 @@ PROB_BUCKETS = (0.0, 0.1, 0.5, 0.9, 1.0)
 POSITION_BUCKETS = (0, 16, 64, 256, 1024, math.inf)
 """Edges of the buckets of a token's index within its response: [0, 16), …, [1024, ∞)."""
 
+RATIO_BAND = (0.9, 1.1)
+"""The band of π/μ whose outside share ``mismatch/ratio_out_of_band`` reports (the measure peers publish)."""
+
 _KEYS = (
     "k1", "k2", "k3", "abs_logp_diff_mean", "abs_logp_diff_max", "prob_diff_max", "prob_diff_min",
     "seq_logratio_mean", "seq_logratio_std", "seq_logratio_abs_max", "seq_logratio_slope", "seq_kl",
+    "ratio_out_of_band",
 )
 
 
@@ -96,6 +101,7 @@ def mismatch_metrics(
         "seq_logratio_abs_max": rho.abs().max(),
         "seq_logratio_slope": slope,
         "seq_kl": k3_token.sum(-1)[rows].mean(),
+        "ratio_out_of_band": ((d.exp() < RATIO_BAND[0]) | (d.exp() > RATIO_BAND[1])).to(torch.float64).mean(),
     }
     return {f"mismatch/{key}": float(value) for key, value in out.items()}
 

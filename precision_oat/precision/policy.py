@@ -5,7 +5,8 @@ the sampler and the learner; nothing reads a dtype from a global. It renders its
 what each engine wants (DeepSpeed config section, vLLM ``dtype``) and records *why* each dtype was chosen.
 
 Sides:
-    sampler  the copy of the weights that generates rollouts and reports μ.
+    sampler  the copy of the weights that generates rollouts and reports μ; with ``--sampler-dtype fp8``
+             vLLM's linear layers compute in FP8 (W8A8) and everything else in the trainer dtype.
     trainer  the dtype the learner's forward/backward runs in (π_old, π_θ).
     master   the dtype of the weights the optimiser updates (fp32 in mixed precision).
     lm_head  the final projection: in the side's own dtype ("same") or in fp32 on both sides.
@@ -22,6 +23,8 @@ import torch
 from precision_oat.errors import UserError
 
 DType = Literal["fp16", "bf16", "fp32"]
+# What --sampler-dtype takes: a dtype, or fp8 (vLLM's linear layers in FP8 W8A8, the rest in the trainer dtype).
+SamplerDType = Literal["fp8", "fp16", "bf16", "fp32"]
 LossScalingMode = Literal["dynamic", "static", "none"]
 LmHeadDType = Literal["same", "fp32"]
 # The margin of the automatic fp16 preflight before a training run (--fp16-preflight-margin). Less
@@ -30,9 +33,6 @@ LmHeadDType = Literal["same", "fp32"]
 # refuses what one doubling of the largest activation seen (a longer response, a few updates)
 # would overflow.
 RUN_PREFLIGHT_MARGIN = 2.0
-# The HF name of the output projection's weight (untied models); the only weight a fp32 head moves.
-LM_HEAD_WEIGHT = "lm_head.weight"
-
 TORCH_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 VLLM_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 MANTISSA_BITS = {"fp16": 10, "bf16": 7, "fp32": 23}
@@ -79,6 +79,10 @@ class Precision:
     reasons: tuple[str, ...] = ()
     # "fp32": sampler and trainer compute the lm_head projection and the logits in fp32.
     lm_head: LmHeadDType = "same"
+    # "fp8": the sampler's linear layers run in FP8 W8A8 (vLLM's online quantization of the pushed weights).
+    sampler_quantization: Optional[Literal["fp8"]] = None
+    # Both sides on vLLM's batch-invariant kernels (precision_oat.precision.batch_invariance).
+    batch_invariant: bool = False
 
     def __post_init__(self):
         if self.lm_head not in ("same", "fp32"):
@@ -86,6 +90,11 @@ class Precision:
         for side in ("sampler", "trainer", "master"):
             if getattr(self, side) not in TORCH_DTYPES:
                 raise PrecisionError(f"--{side}-dtype {getattr(self, side)}: must be one of fp16, bf16, fp32")
+        if self.sampler_quantization not in (None, "fp8"):
+            raise PrecisionError(f"sampler quantization {self.sampler_quantization}: must be fp8 or none")
+        if self.sampler_quantization and self.sampler == "fp32":
+            raise PrecisionError("--sampler-dtype fp8 runs the layers it does not quantize in the trainer dtype, which "
+                                 "must be bf16 or fp16; add --trainer-dtype bf16 (or --dtype bf16)")
         if MANTISSA_BITS[self.master] < MANTISSA_BITS[self.trainer] or (
             {self.master, self.trainer} == {"fp16", "bf16"}
         ):
@@ -106,22 +115,29 @@ class Precision:
         cls,
         dtype: DType,
         *,
-        sampler_dtype: Optional[DType] = None,
+        sampler_dtype: Optional[SamplerDType] = None,
         trainer_dtype: Optional[DType] = None,
         master_dtype: DType = "fp32",
         loss_scaling: Optional[LossScalingMode] = None,
         allow_unscaled_fp16: bool = False,
         lm_head_dtype: LmHeadDType = "same",
+        batch_invariant: bool = False,
         **scaler: float,
     ) -> "Precision":
         """Resolve ``--dtype`` and its per-side overrides into a validated policy.
 
-        ``scaler`` takes the remaining :class:`LossScaling` fields (initial_scale, …).
+        ``scaler`` takes the remaining :class:`LossScaling` fields (initial_scale, …). ``sampler_dtype`` fp8
+        quantizes the sampler's linear layers and leaves the rest of it in the trainer dtype.
         """
         reasons = []
-        sampler = sampler_dtype or dtype
         trainer = trainer_dtype or dtype
-        reasons.append(f"sampler {sampler}: " + ("--sampler-dtype" if sampler_dtype else f"--dtype {dtype}"))
+        quantization = "fp8" if sampler_dtype == "fp8" else None
+        sampler = trainer if quantization else sampler_dtype or dtype
+        if quantization:
+            reasons.append(f"sampler fp8: --sampler-dtype fp8, vLLM's linear layers in FP8 W8A8 (e4m3 weights, one scale "
+                           f"per weight matrix, activations scaled at run time), the rest in {trainer}")
+        else:
+            reasons.append(f"sampler {sampler}: " + ("--sampler-dtype" if sampler_dtype else f"--dtype {dtype}"))
         reasons.append(f"trainer {trainer}: " + ("--trainer-dtype" if trainer_dtype else f"--dtype {dtype}"))
         reasons.append(
             f"master {master_dtype}: "
@@ -144,7 +160,11 @@ class Precision:
             )
         if lm_head_dtype == "fp32":
             reasons.append("lm_head fp32: --lm-head-dtype fp32, the final projection and the logits in fp32 on both sides")
-        return cls(sampler, trainer, master_dtype, LossScaling(loss_scaling, **scaler), tuple(reasons), lm_head_dtype)
+        if batch_invariant:
+            reasons.append("kernels batch-invariant: --batch-invariant, vLLM's matmul, softmax and mean kernels on both "
+                           "sides, whose reduction order does not depend on the batch")
+        return cls(sampler, trainer, master_dtype, LossScaling(loss_scaling, **scaler), tuple(reasons), lm_head_dtype,
+                   quantization, batch_invariant)
 
     # --- dtypes ---
 
@@ -169,38 +189,32 @@ class Precision:
         """True when the sampler or the trainer computes in fp16 (what the fp16 preflight guards)."""
         return "fp16" in (self.sampler, self.trainer)
 
-    def fp32_head_weight(self, head_tied: bool) -> bool:
-        """True when the output projection's weight is stored in fp32: an fp32 head that is not
-        tied to the input embedding (a tied one keeps the embedding's dtype and is upcast for the product)."""
-        return self.fp32_head and not head_tied
+    @property
+    def sampler_label(self) -> str:
+        """The sampler's precision in one word: its dtype, or fp8 for FP8 linear layers."""
+        return self.sampler_quantization or self.sampler
 
-    def sync_dtype(self, name: str, head_tied: bool = False) -> torch.dtype:
-        """The dtype the weight ``name`` is cast to when pushed into the sampler."""
-        return torch.float32 if name == LM_HEAD_WEIGHT and self.fp32_head_weight(head_tied) else self.sampler_dtype
-
-    def contract(self, head_tied: bool = False) -> dict[str, str]:
-        """What each part computes or is stored in, for a model whose head is (or is not) tied to
-        its input embedding: recorded in config.json and printed at start-up."""
+    def contract(self) -> dict[str, str]:
+        """What each part computes or is stored in: recorded in config.json and printed at start-up."""
         sides = self.sampler if self.sampler == self.trainer else f"{self.sampler} (sampler) / {self.trainer} (trainer)"
-        if not self.fp32_head:
-            head = sides
-        elif head_tied:
-            head = f"fp32 compute, weight tied to the embedding in {sides}"
-        else:
-            head = "fp32"
-        sync = self.sampler + (f" ({LM_HEAD_WEIGHT} fp32)" if self.fp32_head_weight(head_tied) else "")
-        return {"sampler": self.sampler, "trainer_compute": self.trainer, "master_weights": self.master,
-                "weight_sync": sync, "lm_head": head}
+        sampler = f"fp8 W8A8 linear layers, the rest {self.sampler}" if self.sampler_quantization else self.sampler
+        sync = f"{self.sampler}, quantized to fp8 by vLLM at each push" if self.sampler_quantization else self.sampler
+        head = f"fp32 compute from the {sides} weight" if self.fp32_head else sides
+        contract = {"sampler": sampler, "trainer_compute": self.trainer, "master_weights": self.master,
+                    "weight_sync": sync, "lm_head": head}
+        if self.batch_invariant:
+            contract["kernels"] = "batch-invariant (vLLM's, on both sides)"
+        return contract
 
-    def describe_contract(self, head_tied: bool = False) -> str:
+    def describe_contract(self) -> str:
         """:meth:`contract` on one line, as the start banner prints it."""
         labels = {"trainer_compute": "trainer compute", "master_weights": "master weights", "weight_sync": "weight sync"}
-        return " · ".join(f"{labels.get(k, k)} {v}" for k, v in self.contract(head_tied).items())
+        return " · ".join(f"{labels.get(k, k)} {v}" for k, v in self.contract().items())
 
     # --- renderers ---
 
     def vllm_dtype(self) -> str:
-        """The ``dtype=`` argument of ``vllm.LLM``."""
+        """The ``dtype=`` argument of ``vllm.LLM`` (with fp8, the dtype of the layers it does not quantize)."""
         return VLLM_DTYPES[self.sampler]
 
     def check_deepspeed(self, chosen_by: str) -> None:

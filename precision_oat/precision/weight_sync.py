@@ -1,8 +1,8 @@
 """The weight sync, checked: after every push the sampler must hold the masters rounded to its dtype.
 
 The precision contract (:meth:`~precision_oat.precision.policy.Precision.contract`) says what the
-sampler computes with: the master weights cast to the sampler dtype (an untied ``lm_head.weight``
-to fp32 under ``--lm-head-dtype fp32``). A sampler that skipped a tensor, cast to another dtype
+sampler computes with: the master weights cast to the sampler dtype (which vLLM then quantizes under
+``--sampler-dtype fp8``, and reads back against its own quantizer). A sampler that skipped a tensor, cast to another dtype
 or copied into the wrong slot would otherwise go unnoticed: its μ would simply drift from
 the trainer's π, and the drift would be read as precision mismatch. :func:`push_weights`
 streams the weights into the sampler and compares, bit for bit, every tensor the sampler
@@ -34,12 +34,8 @@ class WeightSyncError(RuntimeError):
     """The sampler's weights differ from the masters rounded to the contract's dtype (a bug, not bad input)."""
 
 
-def push_weights(sampler, weights: Weights, precision: Precision, head_tied: bool = False) -> int:
-    """``sampler.load_weights(weights)``, each tensor checked once loaded; returns the number of tensors checked.
-
-    ``head_tied``: the policy's output projection shares the input embedding's weight, so an
-    fp32 head keeps that weight in the sampler dtype (:meth:`Precision.contract` says the same).
-    """
+def push_weights(sampler, weights: Weights, precision: Precision) -> int:
+    """``sampler.load_weights(weights)``, each tensor checked once loaded; returns the number of tensors checked."""
     held = sampler.weights_for_check()
     checked = 0
 
@@ -48,22 +44,21 @@ def push_weights(sampler, weights: Weights, precision: Precision, head_tied: boo
         for name, master in weights:
             yield name, master
             # The sampler asks for the next tensor only once it has loaded this one.
-            checked += check_weight(name, master, held, precision, head_tied)
+            checked += check_weight(name, master, held, precision)
 
     sampler.load_weights(checked_after_loading())
     return checked
 
 
 @torch.no_grad()
-def check_weight(name: str, master: torch.Tensor, held: dict[str, torch.Tensor], precision: Precision,
-                 head_tied: bool = False) -> bool:
+def check_weight(name: str, master: torch.Tensor, held: dict[str, torch.Tensor], precision: Precision) -> bool:
     """Raise :class:`WeightSyncError` when the sampler holds ``name`` in the wrong dtype or with other values.
 
     Returns whether ``name`` was checked (the sampler exposes it).
     """
     if name not in held:
         return False
-    got, dtype = held[name], precision.sync_dtype(name, head_tied)
+    got, dtype = held[name], precision.sampler_dtype
     if got.dtype != dtype:
         raise WeightSyncError(f"weight sync: the sampler holds {name} in {got.dtype}; the precision contract "
                               f"casts it to {dtype}")

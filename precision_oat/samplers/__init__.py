@@ -41,7 +41,7 @@ def _start_sampler(policy, precision: Precision, device: torch.device, rollout: 
     if rollout.sampler == "vllm":
         from precision_oat.samplers.vllm_sampler import vllm_sampler_for
 
-        return vllm_sampler_for(policy, precision.vllm_dtype(), rollout, seed, folder,
+        return vllm_sampler_for(policy, precision, rollout, seed, folder,
                                 longest_response or rollout.max_new_tokens, partial_pushes)
     from precision_oat.samplers.kv_cache import KVCacheSampler
 

@@ -76,6 +76,16 @@ Departures from vLLM's defaults:
         is given: vLLM then counts the engines as its "external" data parallelism, each generating on its
         own, where its own data parallelism (meant for MoE) would make every engine call ``generate``
         together.
+    14. ``quantization="fp8"`` (``--sampler-dtype fp8``, CUDA only) quantizes every linear layer online as vLLM
+        loads it (:mod:`~precision_oat.samplers.vllm_fp8`). Pushes then always go through the in-place reload,
+        which re-quantizes each layer from the pushed weights, and the read-back after a push also runs vLLM's
+        quantizer on the pushed weights of the FP8 layers (all at the first push, :data:`READ_BACK_PER_PUSH` in
+        turn after) and compares codes and scales with what the engine holds.
+    15. ``head_dtype="float32"`` (``--lm-head-dtype fp32``) is vLLM's ``hf_overrides={"head_dtype": "float32"}``:
+        the head's weight stays in the model dtype and the projection returns fp32 logits, as
+        :func:`~precision_oat.precision.lm_head.use_fp32_head` makes the trainer's.
+    16. ``batch_invariant`` sets ``VLLM_BATCH_INVARIANT=1`` before the engine starts
+        (:mod:`~precision_oat.precision.batch_invariance`; CUDA only).
 """
 
 from __future__ import annotations
@@ -99,6 +109,7 @@ import torch
 from precision_oat.errors import SAMPLER_WAKE_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
+from precision_oat.samplers.vllm_fp8 import check_fp8_layers, fp8_layers, fp8_method
 from precision_oat.seeds import row_seed
 
 INSTALL_HINT = (
@@ -200,6 +211,9 @@ class VLLMSampler:
         row_seeds: seed every sample with its row's seed; False seeds the batch once (departure 10).
         tensor_parallel_size: under ``torchrun``, the ranks that form one engine (departure 13); one process
             alone takes 1.
+        quantization: ``"fp8"``: the linear layers in FP8 W8A8, quantized by vLLM (departure 14; CUDA only).
+        head_dtype: ``"float32"``: the head computes fp32 logits from its weight in ``dtype`` (departure 15).
+        batch_invariant: vLLM's batch-invariant kernels (departure 16; CUDA only).
     """
 
     def __init__(
@@ -218,6 +232,9 @@ class VLLMSampler:
         direct_push: Optional[bool] = None,
         row_seeds: bool = True,
         tensor_parallel_size: int = 1,
+        quantization: Optional[str] = None,
+        head_dtype: Optional[str] = None,
+        batch_invariant: bool = False,
     ):
         if dtype not in _DTYPES:
             raise ValueError(f"VLLMSampler dtype must be float16, bfloat16 or float32, got {dtype!r}")
@@ -246,11 +263,24 @@ class VLLMSampler:
         self._row_seeds = row_seeds
 
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        if batch_invariant:
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
         drop_harmless_vllm_warnings()
         import vllm
         from vllm.inputs import TokensPrompt
+        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
         from vllm.platforms import current_platform
 
+        for chosen, what in ((quantization, "FP8 linear layers (--sampler-dtype fp8)"),
+                             (batch_invariant, "batch-invariant kernels (--batch-invariant)")):
+            if chosen and not current_platform.is_cuda():
+                raise UserError(f"vLLM's {what} run on CUDA only; drop the flag here, or run on a CUDA GPU")
+        if quantization is not None:
+            if quantization != "fp8":
+                raise ValueError(f"vLLM sampler: quantization must be fp8 or None, got {quantization!r}")
+            engine_kwargs["quantization"] = fp8_method(list(QUANTIZATION_METHODS))
+        if head_dtype is not None:
+            engine_kwargs["hf_overrides"] = {"head_dtype": head_dtype}
         if current_platform.is_cpu():
             kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
@@ -312,9 +342,13 @@ class VLLMSampler:
         self._checked = {n: self._weights[n] for n in self._checked_names}
         # The engine's parameters as the checkpoint loaded them, read to the host once for both start-up checks.
         as_loaded = self._engine_tensors()
-        self.loads_directly = self._takes_weights_as_loaded(as_loaded)
+        # An FP8 layer re-quantizes only inside the reload (departure 14).
+        self.loads_directly = quantization is None and self._takes_weights_as_loaded(as_loaded)
         # The weights read back from the engine after a push: all at the first, then a few in turn.
         self.read_back_names = self._held_as_loaded(as_loaded)
+        packed = self._llm.collective_rpc(lambda worker: dict(getattr(worker.model_runner.get_model(),
+                                                                      "packed_modules_mapping", {})))[0]
+        self.fp8_layers = fp8_layers({n: t.dtype for n, t in as_loaded.items()}, packed)
         self._pushes = 0
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -384,28 +418,43 @@ class VLLMSampler:
         """The weights the engine holds in their checkpoint form, found at start-up by comparing the engine's tensors
         (``as_loaded``) of those names with the checkpoint's (the others it fuses, as q/k/v, or re-packs, as
         vLLM-CPU's linears)."""
-        return [n for n in self._names if n in as_loaded and torch.equal(as_loaded[n], self._weights[n])]
+        return [n for n in self._names if n in as_loaded and as_loaded[n].dtype == self._weights[n].dtype
+                and torch.equal(as_loaded[n], self._weights[n])]
 
     def _names_to_read_back(self) -> set[str]:
-        names = self.read_back_names
-        if self._pushes == 0 or not names:
-            return set(names)
-        start = (self._pushes - 1) * READ_BACK_PER_PUSH % len(names)
-        return {names[(start + i) % len(names)] for i in range(min(READ_BACK_PER_PUSH, len(names)))}
+        """The checkpoint names whose pushed tensors are kept for the read-back: the weights held as pushed, and
+        the weights the FP8 layers quantize; all at the first push, then a few of each in turn."""
+        names = set(self._in_turn(self.read_back_names))
+        for module in self._in_turn(list(self.fp8_layers)):
+            names.update(self.fp8_layers[module])
+        return names
+
+    def _in_turn(self, items: list[str]) -> list[str]:
+        if self._pushes == 0 or not items:
+            return items
+        start = (self._pushes - 1) * READ_BACK_PER_PUSH % len(items)
+        return [items[(start + i) % len(items)] for i in range(min(READ_BACK_PER_PUSH, len(items)))]
 
     def _engine_tensors(self, names: Optional[set[str]] = None) -> dict[str, torch.Tensor]:
-        """Host copies of the engine's parameters of these names (all of them for None)."""
-        return self._llm.collective_rpc(lambda worker: {
-            n: p.detach().to("cpu", copy=True) for n, p in worker.model_runner.get_model().named_parameters()
-            if names is None or n in names})[0]
+        """Host copies of the engine's parameters and buffers of these names (all of them for None)."""
+        def held(worker):
+            model = worker.model_runner.get_model()
+            return {n: p.detach().to("cpu", copy=True) for n, p in (*model.named_parameters(), *model.named_buffers())
+                    if names is None or n in names}
+
+        return self._llm.collective_rpc(held)[0]
 
     def _check_read_back(self, pushed: dict[str, torch.Tensor]) -> None:
         """Raise :class:`~precision_oat.precision.weight_sync.WeightSyncError` unless the engine now holds, bit for
         bit, the tensors of ``pushed`` that the push gave it."""
         from precision_oat.precision.weight_sync import WeightSyncError
 
-        held = self._engine_tensors(set(pushed))
+        layers = {m: names for m, names in self.fp8_layers.items() if all(n in pushed for n in names)}
+        held = self._engine_tensors(set(pushed) | {f"{m}.{t}" for m in layers for t in ("weight", "weight_scale")})
+        check_fp8_layers(held, pushed, layers)
         for name, want in pushed.items():
+            if name not in self.read_back_names:
+                continue  # an FP8 layer's weight, compared above as codes and scale
             got, want = held[name], want.to("cpu")
             if not torch.equal(got, want):
                 diff = float((got.float() - want.float()).abs().max()) if got.shape == want.shape else float("nan")
@@ -581,9 +630,9 @@ def completions_from(prompts: list[list[int]], outputs, params: SamplingParams) 
     return completions
 
 
-def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Path], longest_response: int,
+def vllm_sampler_for(policy, precision, rollout, seed: int, folder: Optional[Path], longest_response: int,
                      partial_pushes: bool = False) -> VLLMSampler:
-    """The ``--sampler vllm`` sampler of a run, in ``dtype`` (``Precision.vllm_dtype()``).
+    """The ``--sampler vllm`` sampler of a run, in ``precision``'s sampler dtype, quantization, head and kernels.
 
     vLLM loads a checkpoint folder: the policy's own when it has one, else (GGUF, in-memory
     models) the fp32 policy and its tokenizer are saved first into ``folder``, or into a
@@ -602,7 +651,7 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
     limit = getattr(policy.model.config, "max_position_embeddings", None)
     return VLLMSampler(
         str(source),
-        dtype,
+        precision.vllm_dtype(),
         seed=seed,
         max_model_len=min(longest, limit) if limit else longest,
         gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
@@ -614,6 +663,9 @@ def vllm_sampler_for(policy, dtype: str, rollout, seed: int, folder: Optional[Pa
         direct_push=False if partial_pushes else None,
         row_seeds=rollout.vllm_row_seeds,
         tensor_parallel_size=rollout.vllm_tensor_parallel_size,
+        quantization=precision.sampler_quantization,
+        head_dtype="float32" if precision.fp32_head else None,
+        batch_invariant=precision.batch_invariant,
     )
 
 

@@ -38,7 +38,7 @@ from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_pr
 from precision_oat.learners.learner import compile_layers
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
-from precision_oat.precision.lm_head import head_is_tied
+from precision_oat.precision.batch_invariance import enable_batch_invariance
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.presets import to_values
@@ -88,6 +88,8 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     finished = world.broadcast(finished)
     if finished is not None:
         return finished
+    if precision.batch_invariant:
+        enable_batch_invariance()  # before the first CUDA work, which the model's loading may be
     # The model and the task load before the folder is claimed, so a prompt over the limit writes nothing.
     workload = load_workload(args, world)
     # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
@@ -124,11 +126,9 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
         args.lora.describe() +
         f"\nprecision policy:\n{precision.describe()}", flush=True)
 
-    # Whether an fp32 lm_head keeps its own fp32 weight depends on the model: a tied one cannot.
-    head_tied = head_is_tied(policy.model)
-    say(f"precision contract: {precision.describe_contract(head_tied)}", flush=True)
+    say(f"precision contract: {precision.describe_contract()}", flush=True)
     if world.is_main and not args.log.resume:
-        record_contract(out, precision.contract(head_tied))
+        record_contract(out, precision.contract())
     if not args.log.resume and world.is_main:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
         responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,
@@ -151,7 +151,7 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
     start_step = 0
     if args.log.resume:
         folder, start_step = resume_checkpoint(out, learner, world)
-        push_weights(sampler, learner.export_weights(), precision, head_tied)
+        push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, args, start_step)
         say(f"resumed from {folder} at step {start_step}", flush=True)
@@ -160,7 +160,7 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
     log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
                  run_name=args.log.run_name or out.name,
                  resume_step=start_step if args.log.resume else None) if world.is_main else None
-    return Run(out, world, device, precision, head_tied, policy.tokenizer, examples, sampler, learner, actor, log,
+    return Run(out, world, device, precision, policy.tokenizer, examples, sampler, learner, actor, log,
                start_step)
 
 

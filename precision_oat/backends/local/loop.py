@@ -51,8 +51,6 @@ class Run:
     world: World
     device: torch.device
     precision: Precision
-    # The output projection shares the input embedding's weight (the precision contract depends on it).
-    head_tied: bool
     tokenizer: object
     # The task's training prompts.
     examples: list
@@ -94,7 +92,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
                     report_profile(run.out, step + 1, profiled)
             metrics.update(update.stats)
             sync_start = time.perf_counter()
-            push_weights(run.sampler, learner.export_weights(), run.precision, run.head_tied)
+            push_weights(run.sampler, learner.export_weights(), run.precision)
             metrics["perf/time/sync"] = time.perf_counter() - sync_start
             metrics["step"] = step + 1
             if evaluation.eval_every and ((step + 1) % evaluation.eval_every == 0 or step + 1 == steps):
