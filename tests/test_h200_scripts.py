@@ -33,6 +33,8 @@ sys.exit(int(os.environ.get("EXIT_STATUS", "0")))
 def parse(argv: list[str]):
     """The parsed arguments of ``python3 ARGV``, by the program's own parser."""
     program, rest = (argv[1], argv[2:]) if argv[0] == "-m" else (argv[0], argv[1:])
+    if program == "torch.distributed.run":  # the launcher's own flags, then the program it starts
+        return parse(rest[rest.index("-m"):])
     if program == "precision_oat.main":
         from precision_oat.presets import parse_args
 
@@ -96,8 +98,12 @@ ARMS_HEADER = header_settings("experiments/h200/arms.sh")
     ("experiments/h200/arms.sh", 5, {}),
     *[("experiments/h200/arms.sh", len(env["ARMS"].split(";")), env) for env in ARMS_HEADER],
     ("experiments/h200/scale.sh", 14, {"DEADLINE": "9999999999"}),
+    ("experiments/h200/atlas.sh", 3, {"MATH": "math128.jsonl"}),
+    ("experiments/h200/launcher.sh", 2, {}),
 ])
-def test_every_command_of_the_script_parses(script, expected, env, tmp_path):
+def test_every_command_of_the_script_parses(script, expected, env, tmp_path, monkeypatch):
+    # The scripts run on a CUDA machine, where the flags that need one (FP8, batch-invariant kernels) are taken.
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     (tmp_path / "smolhf").mkdir()
     calls = recorded_calls(script, expected, tmp_path, **env)
     assert len(calls) == expected
@@ -163,8 +169,17 @@ def test_arms_runs_then_once_every_arm_has_ended(tmp_path):
     assert (runs / "then-saw").read_text().strip() == "2"
 
 
-def test_the_arms_header_gives_both_stress_pairs():
-    assert [env["ARMS"].split(";")[0].split()[0] for env in ARMS_HEADER] == ["pg-fp16-lr5e-5", "pg-fp16-long"]
+def test_the_arms_header_gives_both_stress_pairs_and_the_atlas_pair():
+    assert [env["ARMS"].split(";")[0].split()[0] for env in ARMS_HEADER] == ["pg-fp16-lr5e-5", "pg-fp16-long",
+                                                                              "pg-fp8-tis-long"]
+
+
+def test_an_arms_own_flags_come_after_extra(tmp_path):
+    (tmp_path / "smolhf").mkdir()
+    calls = recorded_calls("experiments/h200/arms.sh", 2, tmp_path, ARMS="a pg bf16 0 --lm-head-dtype fp32;b pg bf16 0",
+                           EXTRA="--lm-head-dtype same")
+    head = {argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1]: parse(argv).precision.lm_head_dtype for argv in calls}
+    assert head == {"a": "fp32", "b": "same"}
 
 
 def test_a_stale_flag_fails_the_check(tmp_path):

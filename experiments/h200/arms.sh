@@ -5,7 +5,8 @@
 # tokens, 4.9 GiB for SmolLM2) rather than a share of the GPU (--vllm-kv-cache-gb 6),
 # so the arms share the GPU's compute, not its memory.
 #
-#   ARMS   "NAME ALGO DTYPE SEED" entries separated by ";" (default: round 5's five arms)
+#   ARMS   "NAME ALGO DTYPE SEED [FLAGS…]" entries separated by ";" (default: round 5's five arms); an arm's
+#          own FLAGS come last, over EXTRA's (e.g. "pg-fp8-tis pg bf16 0 --sampler-dtype fp8 --correction tis")
 #   STEPS  steps per arm (default 200); EXTRA: flags added to every arm, after (so over) the ones below
 #   THEN   a command to run once every arm has ended, in the background beside them (its output in
 #          $RUNS/then.log), e.g. THEN='PARTS="speed lab-pair" bash experiments/h200/alone.sh'
@@ -23,6 +24,11 @@
 #   T = 0.6 nearly all ran to the limit, hence T = 1 here, the sampling the policy trains on):
 #     ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" STEPS=200 EXTRA="--count-lengths 250 290 \
 #     --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16 --eval-temperature 1"
+#   the precision atlas in training (docs/results.md §4f) at that setting, two arms a window, e.g. FP8 rollouts
+#   corrected by token TIS beside bf16 with an fp32 head:
+#     ARMS="pg-fp8-tis-long pg bf16 0 --sampler-dtype fp8 --correction token-tis --correction-cap 2;pg-bf16-fp32head-long pg bf16 0 \
+#     --lm-head-dtype fp32" STEPS=200 EXTRA="--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 \
+#     --learning-rate 5e-5 --vllm-kv-cache-gb 16 --eval-temperature 1"
 #   then HF=… RUNS=… bash experiments/h200/arms.sh
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
@@ -37,14 +43,14 @@ ARMS=${ARMS:-"pg-fp16-s0 pg fp16 0;pg-fp16-s1 pg fp16 1;pg-bf16-s0 pg bf16 0;pg-
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 
-start() {  # NAME ALGO DTYPE SEED
+start() {  # NAME ALGO DTYPE SEED [FLAGS…]
   echo "$(date +%T) $1" >> "$RUNS/phases.log"
   # shellcheck disable=SC2086
   setsid nohup python3 -m precision_oat.main --model "$HF" --task counting --sampler vllm --learner deepspeed \
     --zero-stage 1 --device cuda --prompts-per-step 8 --num-samples 4 --max-new-tokens 768 --temperature 1.0 \
     --learning-rate 2e-5 --micro-batch-size 4 --save-every 1000 --eval-every 50 --eval-samples 4 \
     --vllm-gpu-memory-utilization 0.05 --vllm-kv-cache-gb 6 --no-vllm-enforce-eager --wandb-mode disabled \
-    --log-every 1 --steps "$STEPS" --algo "$2" --dtype "$3" --seed "$4" --output-dir "$RUNS/$1" ${EXTRA:-} \
+    --log-every 1 --steps "$STEPS" --algo "$2" --dtype "$3" --seed "$4" --output-dir "$RUNS/$1" ${EXTRA:-} "${@:5}" \
     > "$RUNS/$1.log" 2>&1 < /dev/null &
 }
 
