@@ -32,7 +32,7 @@ part() {  # NAME, then the command
 
 pair=(python3 -m precision_oat.mismatch --model "$HF" --sampler vllm --trainer deepspeed --device cuda
       --temperature 1.0 --micro-batch-size 16 --vllm-gpu-memory-utilization 0.1 --no-plots)
-all=(fp8 bf16 bf16+fp32head fp16 fp16+fp32head fp32)
+all=(bf16 bf16+fp32head fp16 fp16+fp32head fp32 fp8)  # fp8 last: a lab run keeps the arms before a failure
 math=(--prompt-data "$MATH" --prompt-template chat --num-prompts 128 --num-samples 1 --max-new-tokens 512)
 part math "${pair[@]}" "${math[@]}" --dtypes "${all[@]}"
 part counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 4 --max-new-tokens 768 --dtypes "${all[@]}"

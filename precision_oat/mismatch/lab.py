@@ -266,19 +266,16 @@ def run_lab(args: LabArgs, log=print) -> dict:
         f"device {device}{' · batch-invariant kernels' if args.batch_invariant else ''} · {len(prompts)} prompts × "
         f"{args.num_samples} samples · ≤{args.max_new_tokens} new tokens · T={args.temperature}")
 
+    settings = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+                "device": str(device), "torch": torch.__version__,
+                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     results, histograms = {}, {}
     for dtype in args.dtypes:
         log(f"{dtype}: sampling with the {args.sampler} sampler …")
         results[dtype], histograms[dtype] = measure_pair(args, policy, prompt_ids, dtype, device, log, out / "vllm_init")
-
-    report = {
-        "settings": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
-                     "device": str(device), "torch": torch.__version__,
-                     "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
-        "dtypes": results,
-        "ratios": bf16_fp16_ratios(results),
-    }
-    (out / "mismatch.json").write_text(json.dumps(report, indent=2))
+        # Rewritten after every arm, so that a run stopped part way keeps the arms it measured.
+        report = {"settings": settings, "dtypes": results, "ratios": bf16_fp16_ratios(results)}
+        (out / "mismatch.json").write_text(json.dumps(report, indent=2))
     # The figures' raw data, so they can be redrawn where matplotlib is (mismatch.plots.load_histograms).
     np.savez_compressed(out / "histograms.npz", **{f"{d}|{k}": np.asarray(v) for d, h in histograms.items()
                                                    for k, v in h.items()})
