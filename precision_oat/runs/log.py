@@ -8,7 +8,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TextIO
 
 WANDB_RUN_FOLDER = re.compile(r"^(?:offline-)?run-(\d{8}_\d{6})-(.+)$")
 
@@ -25,9 +25,11 @@ CONSOLE_KEYS = [
 
 class RunLog:
     def __init__(self, output_dir: Path, config: dict, *, wandb_mode: str, project: str, run_name: str,
-                 resume_step: Optional[int] = None):
-        """``resume_step``: continue a run whose checkpoint holds this many steps (rows past it are dropped)."""
+                 resume_step: Optional[int] = None, console: Optional[TextIO] = None):
+        """``resume_step``: continue a run whose checkpoint holds this many steps (rows past it are dropped).
+        ``console``: where the step lines and the closing wandb line go (stdout when None)."""
         resume = resume_step is not None
+        self.console = console
         self.path = output_dir / "metrics.jsonl"
         self.history: list[dict] = kept_rows(self.path, resume_step) if resume else []
         # Rows written after the checkpoint belong to steps that will run again: cut them, atomically.
@@ -54,9 +56,8 @@ class RunLog:
                     settings=wandb.Settings(silent=True),
                 )
 
-    @staticmethod
-    def note(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+    def note(self, message: str) -> None:
+        print(message, file=self.console or sys.stderr, flush=True)
 
     def log(self, metrics: dict, histograms: Optional[dict] = None, *, total_steps: int, echo: bool = True,
             at: Optional[float] = None) -> None:
@@ -72,13 +73,12 @@ class RunLog:
             extra = {k: wandb.Histogram(v) for k, v in (histograms or {}).items() if len(v)}
             self.wandb.log({**metrics, **extra}, step=metrics["step"])
         if echo:
-            parts = [f"step {metrics['step']:>4}/{total_steps}"]
-            parts += [f"{label} {fmt.format(metrics[k])}" for k, label, fmt in CONSOLE_KEYS if k in metrics]
             done = metrics["step"] - self.first_step
-            if 0 < done and metrics["step"] < total_steps:
-                per_step = ((time.perf_counter() if at is None else at) - self.began) / done
-                parts.append(f"eta {duration(per_step * (total_steps - metrics['step']))}")
-            print("  ".join(parts), flush=True)
+            per_step = ((time.perf_counter() if at is None else at) - self.began) / done if done > 0 else None
+            self.say(step_line(metrics, total_steps, per_step))
+
+    def say(self, line: str) -> None:
+        print(line, file=self.console or sys.stdout, flush=True)
 
     def close(self) -> None:
         self.file.close()
@@ -86,10 +86,19 @@ class RunLog:
             run = self.wandb
             run.finish()
             if run.settings.mode == "offline":
-                print(f"wandb: offline run in {run.settings.sync_dir} (upload: wandb sync {run.settings.sync_dir})",
-                      flush=True)
+                self.say(f"wandb: offline run in {run.settings.sync_dir} (upload: wandb sync {run.settings.sync_dir})")
             else:
-                print(f"wandb: {run.url}", flush=True)
+                self.say(f"wandb: {run.url}")
+
+
+def step_line(metrics: dict, total_steps: int, seconds_per_step: Optional[float] = None) -> str:
+    """The console's line for one step record (both backends); before the last step, the time left at
+    ``seconds_per_step``."""
+    parts = [f"step {metrics['step']:>4}/{total_steps}"]
+    parts += [f"{label} {fmt.format(metrics[k])}" for k, label, fmt in CONSOLE_KEYS if k in metrics]
+    if seconds_per_step is not None and metrics["step"] < total_steps:
+        parts.append(f"eta {duration(seconds_per_step * (total_steps - metrics['step']))}")
+    return "  ".join(parts)
 
 
 def duration(seconds: float) -> str:

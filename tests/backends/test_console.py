@@ -3,7 +3,7 @@
 import re
 
 from precision_oat.backends.local.driver import train
-from precision_oat.runs.log import duration
+from precision_oat.runs.log import duration, step_line
 from tests.backends.helpers import make_args
 
 
@@ -29,3 +29,11 @@ def test_the_banner_says_nothing_of_lora_when_it_is_off():
 
 def test_a_time_left_is_shown_to_the_unit_that_matters():
     assert [duration(s) for s in (0.4, 42, 185, 7620)] == ["0s", "42s", "3m05s", "2h07m"]
+
+
+def test_a_step_line_shows_the_records_console_keys_and_the_time_left():
+    row = {"step": 3, "reward/mean": 0.5, "mismatch/k3": 1.5e-4, "train/loss_scale": 65536.0, "eval/average/avg@1": 0.2}
+    # 7 steps left at 2.5 s each: 17.5 s, rounded to 18 s; keys outside the console's list are not shown.
+    assert step_line(row, 10, 2.5) == "step    3/10  reward 0.500  k3 1.5e-04  scale 65536  eta 18s"
+    assert step_line({**row, "step": 10}, 10, 2.5) == "step   10/10  reward 0.500  k3 1.5e-04  scale 65536"
+    assert step_line(row, 10) == "step    3/10  reward 0.500  k3 1.5e-04  scale 65536"

@@ -1,7 +1,10 @@
 """Oat's metrics into the run's ``metrics.jsonl`` (and wandb), same format as the local backend.
 
 Oat's learner logs on rank 0 through ``self._wandb.log(dict)`` and closes with
-``self._wandb.finish()``; :class:`OatRunLog` stands in that place.
+``self._wandb.finish()``; :class:`OatRunLog` stands in that place. The learner's output goes
+to ``oat.log`` with the rest of Oat's (see :mod:`~precision_oat.backends.oat.console`); its
+console lines (step lines, the wandb line) go to ``LEARNER_CONSOLE``, which the launcher
+copies to its console as they come.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from pathlib import Path
 from precision_oat.presets import to_values
 from precision_oat.runs.log import RunLog
 
+# The learner's console lines, in the output folder, for the launcher to print.
+LEARNER_CONSOLE = "learner_console.txt"
+
 
 class OatRunLog:
     def __init__(self, args):
@@ -18,9 +24,11 @@ class OatRunLog:
         self.total_steps = source.train.steps
         self.log_every = source.log.log_every
         out = Path(args.output_dir)
+        # Line-buffered: each line reaches the file, and the launcher, when it is written.
+        self.console = (out / LEARNER_CONSOLE).open("a", buffering=1, encoding="utf-8")
         self.run_log = RunLog(
             out, to_values(source), wandb_mode=source.log.wandb_mode, project=source.log.wandb_project,
-            run_name=source.log.run_name or out.name,
+            run_name=source.log.run_name or out.name, console=self.console,
         )
         self.steps_logged: set[int] = set()
         self.evals_logged: set[int] = set()
@@ -38,8 +46,10 @@ class OatRunLog:
         if has_eval:
             self.evals_logged.add(step)
         metrics = {"step": step, **{k: v for k, v in logs.items() if k != "train/learning_round"}}
-        echo = step % self.log_every == 0 or step == self.total_steps
+        # A line per training step, as the local backend prints; Oat logs an evaluation as a row of its own.
+        echo = "loss/policy" in metrics and (step % self.log_every == 0 or step == self.total_steps)
         self.run_log.log(metrics, total_steps=self.total_steps, echo=echo)
 
     def finish(self) -> None:
         self.run_log.close()
+        self.console.close()

@@ -8,19 +8,23 @@
 On a CPU-only machine the layout is one actor and one learner sharing "device 0", the
 built-in sampler, gloo everywhere, and a bf16 or fp32 trainer (DeepSpeed refuses fp16
 without a GPU). ``python -m precision_oat.main --backend oat …`` lands here.
+
+The console shows what the local backend prints (banner, contract, step lines, the end of the
+run); everything the program's processes write goes to ``OUTPUT_DIR/oat.log`` (console.py).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import torch
 
 from precision_oat import stacks
 from precision_oat.args import Args
+from precision_oat.backends.oat.console import OAT_LOG, Relay, oat_output_to
+from precision_oat.backends.oat.oat_log import LEARNER_CONSOLE
 from precision_oat.runs.folder import output_dir_for, start_new_run, summarize_run, write_json
 from precision_oat.runs.lock import RunLock
 
@@ -88,40 +92,51 @@ def run(args: Args) -> dict:
         return launch(args, out)
 
 
+def banner(args: Args, oat_args) -> str:
+    """The start of the console, as the local backend's: the run, the precision policy and its contract."""
+    spec, precision = oat_args.algorithm, oat_args.precision
+    return (f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
+            f"{spec.correction} / {spec.reduction}) · sampler {oat_args.sampler} · {oat_args.gpus} device(s)"
+            f"{' collocated' if oat_args.collocate else ''}{args.lora.describe()}\nprecision policy:\n"
+            f"{precision.describe()}\nprecision contract: {precision.describe_contract()}")
+
+
 def launch(args: Args, out: Path) -> dict:
     """Build Oat's program for the claimed folder ``out``, run it to the end, and summarise it."""
-    import launchpad as lp
+    log = out / OAT_LOG
+    print(f"Oat's own output (launcher, actors, learner, launchpad, DeepSpeed, vLLM): {log}", flush=True)
+    with oat_output_to(log) as console:
+        # Importing Oat's stack logs already (vLLM, DeepSpeed).
+        import launchpad as lp
 
-    oat_args, program, resources = build_program(args, out)
-    spec, r = oat_args.algorithm, args.rollout
-    print(
-        f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
-        f"{spec.correction} / {spec.reduction}) · sampler {oat_args.sampler} · {oat_args.gpus} device(s)"
-        f"{' collocated' if oat_args.collocate else ''}{args.lora.describe()}\nprecision policy:\n"
-        f"{oat_args.precision.describe()}",
-        flush=True,
-    )
-    if oat_args.sampler == "vllm" and (r.temperature != 1.0 or r.top_p != 1.0):
-        print("warning: vLLM 0.8.4 reports log μ before temperature/top-p; the mismatch metrics assume "
-              "--temperature 1 --top-p 1", file=sys.stderr, flush=True)
+        from precision_oat.backends.oat.oat_learner import LEARNER_ERROR
 
-    from precision_oat.backends.oat.oat_learner import LEARNER_ERROR
+        oat_args, program, resources = build_program(args, out)
+        print(banner(args, oat_args), file=console.out)
+        r = args.rollout
+        if oat_args.sampler == "vllm" and (r.temperature != 1.0 or r.top_p != 1.0):
+            print("warning: vLLM 0.8.4 reports log μ before temperature/top-p; the mismatch metrics assume "
+                  "--temperature 1 --top-p 1", file=console.err)
 
-    error = out / LEARNER_ERROR
-    error.unlink(missing_ok=True)
-    manager = lp.launch(program, launch_type=oat_args.launch_type, local_resources=resources, terminal="current_terminal")
-    try:
-        manager.wait()
-    except BaseException:
-        manager.stop_and_wait()
-        raise
+        error, learner_console = out / LEARNER_ERROR, out / LEARNER_CONSOLE
+        error.unlink(missing_ok=True)
+        learner_console.unlink(missing_ok=True)
+        # The learner's step lines reach the console as it writes them (the file goes when the run ends).
+        with Relay(learner_console, console.out):
+            manager = lp.launch(program, launch_type=oat_args.launch_type, local_resources=resources,
+                                terminal="current_terminal")
+            try:
+                manager.wait()
+            except BaseException:
+                manager.stop_and_wait()
+                raise
 
-    if error.is_file():
-        raise RuntimeError(f"the Oat learner failed:\n{error.read_text()}")
-    metrics = out / "metrics.jsonl"
-    history = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
-    if not any("loss/policy" in h for h in history):
-        raise RuntimeError(f"the Oat program ended without a training step; see the log above and {out}")
+        if error.is_file():
+            raise RuntimeError(f"the Oat learner failed:\n{error.read_text()}")
+        metrics = out / "metrics.jsonl"
+        history = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+        if not any("loss/policy" in h for h in history):
+            raise RuntimeError(f"the Oat program ended without a training step; see {log}")
     summary = summarize_run([h for h in history if "reward/mean" in h], out)
     write_json(out / "summary.json", summary)
     return summary

@@ -1,0 +1,75 @@
+"""What ``--backend oat`` prints: the local backend's lines on the console, Oat's own output in OUTPUT_DIR/oat.log.
+
+A real three-step run on CPU (about 30 s) and a real run that fails in the learner.
+"""
+
+import json
+import re
+
+import pytest
+
+from precision_oat.runs.log import step_line
+from tests.oat.cli import run_cli
+
+STEPS = 3
+# What the console may hold; every line Oat, launchpad, DeepSpeed or vLLM prints starts otherwise
+# (launchpad's "[learner_0_0/0] ", DeepSpeed's "[2026-…", vLLM's "INFO …", absl's "I1203 …").
+OUR_LINES = ("Oat's own output (", "precision-oat · backend oat · ", "precision policy:", "  ", "precision contract: ",
+             "step ", "wandb: offline run in ", "done: ", "mismatch (mean over steps): ", "outputs: ")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("oat-console")
+    result = run_cli("--dtype", "fp32", "--steps", str(STEPS), "--prompts-per-step", "8", "--num-samples", "8",
+                     "--max-new-tokens", "4", "--micro-batch-size", "16", "--output-dir", str(out),
+                     "--wandb-mode", "offline")
+    assert result.returncode == 0, result.stdout[-4000:]
+    return out, result.stdout.splitlines()
+
+
+def test_the_console_holds_only_the_local_backends_kinds_of_line(finished):
+    out, lines = finished
+    assert lines[0] == f"Oat's own output (launcher, actors, learner, launchpad, DeepSpeed, vLLM): {out}/oat.log"
+    assert lines[1].startswith("precision-oat · backend oat · algo pg ")
+    assert [line for line in lines if not line.startswith(OUR_LINES) and line] == []
+    assert not any("\x1b" in line for line in lines)  # launchpad's colours stay in oat.log
+    assert sum(line.startswith("precision contract: sampler fp32 · trainer compute fp32") for line in lines) == 1
+    (wandb_run,) = (out / "wandb").glob("offline-run-*")
+    assert [line for line in lines if line.startswith("wandb")] == [
+        f"wandb: offline run in {wandb_run} (upload: wandb sync {wandb_run})"]
+    assert lines[-1].startswith(f"outputs: {out}/")
+
+
+def test_one_step_line_per_step_as_the_shared_formatter_writes_it(finished):
+    out, lines = finished
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    printed = [line for line in lines if line.startswith("step ")]
+    # Every step before the last ends with the time left; the rest of the line is the record's numbers.
+    assert all(re.search(r"  eta \d+s$", line) for line in printed[:-1]) and "eta" not in printed[-1]
+    without_eta = [re.sub(r"  eta \S+$", "", line) for line in printed]
+    assert without_eta == [step_line(row, STEPS) for row in rows if "loss/policy" in row]
+    assert len(printed) == STEPS
+
+
+def test_oat_log_holds_oats_own_lines_and_the_relay_file_is_gone(finished):
+    out, _ = finished
+    log = (out / "oat.log").read_text(errors="replace")
+    for node in ("learner_0_0", "actor_0_0", "ipc_server_0"):
+        assert f"[{node}/0]" in log, node
+    assert "=== GPU allocations ===" in log  # Oat's launcher, in this process
+    assert "DeepSpeedEngine configuration" in log
+    assert not (out / "learner_console.txt").exists()
+
+
+def test_a_learner_failure_reaches_the_console_with_its_traceback_and_the_log(tmp_path):
+    # Every prompt of the task is longer than 2 tokens: the learner refuses them while preparing its data.
+    result = run_cli("--dtype", "fp32", "--steps", "1", "--max-prompt-length", "2", "--output-dir", str(tmp_path),
+                     "--wandb-mode", "disabled")
+    assert result.returncode == 1
+    console = result.stdout
+    assert f"the Oat program failed; the last lines of {tmp_path}/oat.log:" in console
+    assert "RuntimeError: the Oat learner failed:" in console
+    assert "Traceback (most recent call last):" in console.split("RuntimeError: the Oat learner failed:")[1]
+    assert re.search(r"UserError: --max-prompt-length 2: \d+ of \d+ prompts are longer", console)
+    assert "\x1b" not in console
