@@ -21,7 +21,7 @@ from typing import Annotated, Literal, Optional
 import tyro
 
 from precision_oat import checks
-from precision_oat.algorithms import RECIPES
+from precision_oat.algorithms import RECIPES, AlgorithmSpec
 from precision_oat.algorithms.corrections.divergence_mask import ESTIMATORS, LEVELS
 from precision_oat.algorithms.registry import valid_names
 from precision_oat.checks import Checked, reject
@@ -186,21 +186,21 @@ class AlgorithmArgs(Checked):
     # Cap C of the TIS/MIS correction; None keeps the recipe's.
     correction_cap: Optional[float] = None
     # ε in GRPO's (r − mean)/(std + ε).
-    adv_eps: float = 1e-6
+    adv_eps: float = AlgorithmSpec.adv_eps
     # Lower end α of the band on π_old/μ inside which --correction icepop keeps a token.
-    icepop_low: float = 0.5
+    icepop_low: float = AlgorithmSpec.icepop_low
     # Upper end β of that band.
-    icepop_high: float = 5.0
+    icepop_high: float = AlgorithmSpec.icepop_high
     # Lower end of the band on exp(mean_t log π_old/μ) inside which --correction geo-mask keeps a response.
-    geo_mask_low: float = 0.99
+    geo_mask_low: float = AlgorithmSpec.geo_mask_low
     # Upper end of that band.
-    geo_mask_high: float = 1.01
+    geo_mask_high: float = AlgorithmSpec.geo_mask_high
     # Estimator of --correction divergence-mask: k1 = log μ − log π_old, k2 = ½Δ², k3 = exp Δ − 1 − Δ.
-    divergence_measure: DivergenceMeasure = "k3"
+    divergence_measure: DivergenceMeasure = AlgorithmSpec.divergence_measure
     # What it judges: each token, or each response by the sum / mean / max of its tokens' values.
-    divergence_level: DivergenceLevel = "seq-mean"
+    divergence_level: DivergenceLevel = AlgorithmSpec.divergence_level
     # The largest value (|k1| for k1) that --correction divergence-mask keeps.
-    divergence_threshold: float = 0.01
+    divergence_threshold: float = AlgorithmSpec.divergence_threshold
 
     def check(self) -> None:
         super().check()
@@ -717,24 +717,6 @@ def algorithm_spec(args: Args):
     """The resolved :class:`~precision_oat.algorithms.AlgorithmSpec` of these arguments."""
     from precision_oat.algorithms import resolve
 
-    a = args.algorithm
-    return resolve(
-        a.algo,
-        advantage=a.advantage,
-        objective=a.objective,
-        correction=a.correction,
-        reduction=a.reduction,
-        is_cap=a.is_cap,
-        clip_low=a.clip_low,
-        clip_high=a.clip_high,
-        correction_cap=a.correction_cap,
-        max_gen_length=args.rollout.max_new_tokens,
-        adv_eps=a.adv_eps,
-        icepop_low=a.icepop_low,
-        icepop_high=a.icepop_high,
-        geo_mask_low=a.geo_mask_low,
-        geo_mask_high=a.geo_mask_high,
-        divergence_measure=a.divergence_measure,
-        divergence_level=a.divergence_level,
-        divergence_threshold=a.divergence_threshold,
-    )
+    overrides = {f.name: getattr(args.algorithm, f.name) for f in dataclasses.fields(AlgorithmArgs) if f.name != "algo"}
+    # Dr.GRPO's constant normaliser is the longest response.
+    return resolve(args.algorithm.algo, max_gen_length=args.rollout.max_new_tokens, **overrides)

@@ -27,10 +27,10 @@ class Recipe:
     objective: str
     correction: str
     reduction: str
-    is_cap: Optional[float] = None
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    correction_cap: Optional[float] = None
+    is_cap: Optional[float] = AlgorithmSpec.is_cap
+    clip_low: float = AlgorithmSpec.clip_low
+    clip_high: float = AlgorithmSpec.clip_high
+    correction_cap: Optional[float] = AlgorithmSpec.correction_cap
     # One line for `--help` and the docs.
     summary: str = ""
 
@@ -108,7 +108,7 @@ def resolve(
     clip_high: Optional[float] = None,
     correction_cap: Optional[float] = None,
     max_gen_length: int,
-    adv_eps: float = 1e-6,
+    adv_eps: float = AlgorithmSpec.adv_eps,
     **settings,
 ) -> AlgorithmSpec:
     """The recipe ``algo`` with every non-None argument overriding its default.
