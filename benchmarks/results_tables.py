@@ -115,7 +115,8 @@ def round7_speed_table() -> list[str]:
              for dtype, kind, role, value in re.findall(r"^(fp16|bf16): (\w+) (learner step|sampler) ([\d,.]+)",
                                                         (RESULTS / "h200_round7/speed-first.log").read_text(), re.M)}
     second = read_json("h200_round7/speed/step_time.json")["dtypes"]
-    columns = (("built-in learner step", "builtin", "learner step"), ("DeepSpeed learner step", "deepspeed", "learner step"),
+    columns = (("built-in learner step", "builtin", "learner step"),
+               ("DeepSpeed learner step", "deepspeed", "learner step"),
                ("built-in sampler", "builtin", "sampler"), ("vLLM sampler", "vllm", "sampler"))
     rows = []
     for dtype in ("fp16", "bf16"):
@@ -130,6 +131,86 @@ def round7_speed_table() -> list[str]:
                 cells.append(" / ".join(fmt(x, ",.0f") for x in pair) + " tok/s")
         rows.append([dtype, *cells])
     return markdown(["dtype", *(c[0] for c in columns)], rows)
+
+
+# --- RL on arithmetic (§2, rounds 1–3) and round 4 (§4b) ---
+
+
+def metrics(relative: str) -> list[dict]:
+    """A run's training rows (those with a reward), in step order."""
+    lines = (RESULTS / relative / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, filter(str.strip, lines)) if "reward/mean" in r]
+
+
+def rewards(relative: str) -> list[float]:
+    return [r["reward/mean"] for r in metrics(relative)]
+
+
+def first_step_at(reward: list[float], window: int, threshold: float) -> Optional[int]:
+    """The first step whose mean reward over the ``window`` steps ending there is ≥ ``threshold``."""
+    return next((i + 1 for i in range(window - 1, len(reward))
+                 if statistics.mean(reward[i + 1 - window:i + 1]) >= threshold), None)
+
+
+def arithmetic_table(folder: str, seeds: tuple[int, ...], window: int, threshold: float,
+                     with_mean: bool) -> Callable[[], list[str]]:
+    """fp16 against bf16 per algorithm and seed at lr 1e-5: the mean reward of the first and last 15 steps, and
+    the first step whose ``window``-step mean reaches ``threshold``; with ``with_mean``, each algorithm's mean."""
+    def render() -> list[str]:
+        rows = []
+        for algo in ("pg", "grpo"):
+            figures = {d: [] for d in ("fp16", "bf16")}
+            for seed in seeds:
+                for dtype in figures:
+                    reward = rewards(f"{folder}/rl-{algo}-{dtype}-lr1e-5-seed{seed}")
+                    figures[dtype].append((statistics.mean(reward[:15]), statistics.mean(reward[-15:]),
+                                           first_step_at(reward, window, threshold)))
+                rows.append([algo, str(seed), *(f"{f[-1][0]:.3f} → **{f[-1][1]:.3f}**" for f in figures.values()),
+                             " / ".join(str(f[-1][2]) for f in figures.values())])
+            if with_mean:
+                means = {d: [statistics.mean(x[i] for x in f) for i in range(3)] for d, f in figures.items()}
+                rows.append([algo, "mean", *(f"{m[0]:.3f} → **{m[1]:.3f}**" for m in means.values()),
+                             " / ".join(f"{m[2]:.0f}" for m in means.values())])
+        return markdown(["algo", "seed", "fp16: first 15 → last 15", "bf16: first 15 → last 15",
+                         f"step where the {window}-step reward ≥ {threshold:g} (fp16 / bf16)"], rows)
+    return render
+
+
+def other_settings_table() -> list[str]:
+    """§2.3: lr 5e-5 at temperature 1 (three seeds: each last-15 mean and their mean), temperature 0.3 (one seed)."""
+    def cell(folder: str, algo: str, dtype: str, lr: str, seeds: tuple[int, ...]) -> str:
+        runs = [rewards(f"{folder}/rl-{algo}-{dtype}-lr{lr}-seed{seed}") for seed in seeds]
+        if len(runs) == 1:
+            return f"{statistics.mean(runs[0][:15]):.3f} → {statistics.mean(runs[0][-15:]):.3f}"
+        last = [statistics.mean(r[-15:]) for r in runs]
+        return ", ".join(f"{x:.3f}" for x in last) + f" (mean {statistics.mean(last):.3f})"
+    rows = [[algo, lr, temperature, label, *(cell(folder, algo, d, lr, seeds) for d in ("fp16", "bf16"))]
+            for folder, lr, temperature, seeds, label in (("h200_rl", "5e-5", "1.0", (0, 1, 2), "0, 1, 2 (round 1)"),
+                                                          ("h200_rl_t03", "1e-5", "0.3", (0,), "0 (round 2)"))
+            for algo in ("pg", "grpo")]
+    return markdown(["algo", "lr", "temperature", "seeds", "fp16: last 15 (or first 15 → last 15)",
+                     "bf16: last 15 (or first 15 → last 15)"], rows)
+
+
+def round4_table() -> list[str]:
+    """§4b: the two GRPO runs of round 4, their reward, held-out exact counts and mismatch over the run."""
+    rows = []
+    for dtype in ("fp16", "bf16"):
+        name = f"grpo-{dtype}-seed0"
+        train = metrics(f"h200_round4/{name}")
+        lines = (RESULTS / "h200_round4" / name / "metrics.jsonl").read_text().splitlines()
+        held = {r["step"]: r["eval/counting/avg@1"] for r in map(json.loads, lines) if "eval/counting/avg@1" in r}
+        reward = [r["reward/mean"] for r in train]
+
+        def mean(key: str) -> float:
+            return statistics.mean(r[key] for r in train)
+        rows.append([f"GRPO {dtype}", str(train[-1]["step"]),
+                     f"{statistics.mean(reward[:5]):.3f} → {statistics.mean(reward[-5:]):.3f}",
+                     " / ".join(f"{held[step]:.3f}" for step in (25, 50)), sig(mean("mismatch/abs_logp_diff_mean"), 3),
+                     f"{mean('mismatch/seq_logratio_std'):.2g}", sig(mean("mismatch/k3"), 2),
+                     f"{mean('response/length_mean'):.0f}"])
+    return markdown(["run", "steps", "reward, mean of steps 1–5 → last 5", "held-out avg@1 (step 25 / 50)",
+                     "token mean \\|Δ\\|", "std of ρ", "k3", "mean response tokens"], rows)
 
 
 # --- SmolLM2's loop and the scale ladder (§4d) ---
@@ -180,6 +261,14 @@ def cell_table(title: str, cells: list[tuple[str, str]]) -> Callable[[], list[st
     return lambda: markdown([title, *CELL_HEADER], [[label, *cell_cells(cell(path))] for label, path in cells])
 
 
+def ladder_ratio_table(relative: str, label: str) -> list[str]:
+    """A ladder run's fp16/bf16 ratios of the 1.5B shape at 1k: medians of its cells' step and learner times."""
+    ratio = read_json(relative)
+    return markdown(["the 1.5B shape at 1k, fp16 / bf16 (medians of the run's cells)", "step time", "learner time"],
+                    [[label, *(f"{ratio[f'fp16_over_bf16_{part}_time']['qwen2.5-1.5b']:.3f}x"
+                               for part in ("step", "learner"))]])
+
+
 def ratio_table() -> list[str]:
     """The seventh run's fp16/bf16 cells of the 1.5B shape at 1k, in the order they ran, and the medians' ratios."""
     ratio = read_json("h200_scale_7/ladder-ratio.json")
@@ -203,8 +292,10 @@ def profile_table() -> list[str]:
         ops[dtype] = {"all": ms / share} | {op[0]: op[2] for op in c["operators"]}
     learner = {d: cell(f"h200_scale_8/ladder-1k-profile-{d}.json") for d in ("fp16", "bf16")}
     learner = {d: c["perf/time/score"] + c["perf/time/update"] for d, c in learner.items()}
-    labels = {"all": "all device time", "aten::mm": "matrix products (`aten::mm`)", "aten::copy_": "copies (`aten::copy_`)"}
-    rows = [[label, f"{ops['fp16'][key]:,.0f}", f"{ops['bf16'][key]:,.0f}", f"{ops['fp16'][key] / ops['bf16'][key]:.3f}"]
+    labels = {"all": "all device time", "aten::mm": "matrix products (`aten::mm`)",
+              "aten::copy_": "copies (`aten::copy_`)"}
+    fp16, bf16 = ops["fp16"], ops["bf16"]
+    rows = [[label, f"{fp16[key]:,.0f}", f"{bf16[key]:,.0f}", f"{fp16[key] / bf16[key]:.3f}"]
             for key, label in labels.items()]
     rows.append(["timed rescoring + update (s, not profiled)", f"{learner['fp16']:.2f}", f"{learner['bf16']:.2f}",
                  f"{learner['fp16'] / learner['bf16']:.3f}"])
@@ -234,6 +325,9 @@ def grid_table() -> list[str]:
 # --- RL arms (§4c) ---
 
 ALGOS = {"pg": "IS-PG", "grpo": "GRPO", "grpo-tis": "GRPO-TIS"}
+HELD_OUT_STEPS = (50, 100, 150, 200)
+TO_200_STEPS = ("first", "logp", "k3", "seq_kl", "first_last", "held_out_200", "skipped")
+LONG = ("steps", "best", "windows", "weights", "logp", "k3", "seq_kl")
 DTYPE_ORDER = ("fp16", "fp32", "bf16")
 
 
@@ -262,16 +356,17 @@ ARM_COLUMNS: dict[str, tuple[str, Callable[[dict, list[dict], str], str]]] = {
     "steps": ("steps", lambda s, *_: str(s["steps"])),
     "first": ("first step to 0.9", lambda s, *_: fmt(s["first_step"], "d")),
     "best": ("best 10-step mean (from step)", lambda s, *_: f"{s['best'][0]:.2f} ({s['best'][1]})"),
-    "windows": ("10-step means at 41 / 61 / 91", lambda s, *_: " / ".join(fmt(s["windows"][w], ".2f") for w in (41, 61, 91))),
-    "weights": ("per-step mean sequence weight π/μ", lambda s, *_: fmt(s["weights"] and s["weights"][0], ".2f") + "–"
-                + fmt(s["weights"] and s["weights"][1], ".2f")),
+    "windows": ("10-step means at 41 / 61 / 91",
+                lambda s, *_: " / ".join(fmt(s["windows"][w], ".2f") for w in (41, 61, 91))),
+    "weights": ("per-step mean sequence weight π/μ",
+                lambda s, *_: "–".join(fmt(s["weights"] and s["weights"][i], ".2f") for i in (0, 1))),
     "logp": ("token mean \\|Δlogp\\|", lambda s, *_: f"{s['abs_logp_diff']:.1e}"),
     "k3": ("k3", lambda s, *_: f"{s['k3']:.1e}"),
     "seq_kl": ("seq KL", lambda s, *_: f"{s['seq_kl']:.1e}"),
     "first_last": ("token \\|Δlogp\\|, first / last 20 steps",
                    lambda s, *_: f"{s['abs_logp_diff_first_20']:.1e} / {s['abs_logp_diff_last_20']:.1e}"),
     "held_out_200": ("held-out exact count at 50 / 100 / 150 / 200 (samples per prompt)",
-                     lambda s, rows, *_: f"{held_out(s['held_out'], (50, 100, 150, 200))} ({samples_per_prompt(rows)})"),
+                     lambda s, rows, *_: f"{held_out(s['held_out'], HELD_OUT_STEPS)} ({samples_per_prompt(rows)})"),
     "held_out_100": ("held-out exact count at 50 / 100", lambda s, *_: held_out(s["held_out"], (50, 100))),
     "reward_100": ("held-out reward at 50 / 100", lambda s, *_: held_out(s["held_out_reward"], (50, 100))),
     "skipped": ("skipped fp16 steps", lambda s, _rows, dtype: f"{s['skipped']:.0f}" if dtype == "fp16" else "–"),
@@ -332,7 +427,8 @@ def collapse_table() -> list[str]:
 
     def mean(key: str, first: int, last: int) -> float:
         return statistics.mean(r[key] for r in rows if first <= r["step"] <= last)
-    figures = (("training reward", "reward/mean", ".3f"), ("token mean \\|Δlogp\\|", "mismatch/abs_logp_diff_mean", ".1e"),
+    figures = (("training reward", "reward/mean", ".3f"),
+               ("token mean \\|Δlogp\\|", "mismatch/abs_logp_diff_mean", ".1e"),
                ("k3", "mismatch/k3", ".1e"), ("std of ρ", "mismatch/seq_logratio_std", ".1f"),
                ("share of tokens at μ ≥ 0.9", "mismatch/mu/0.9-1/token_frac", ".2f"))
     body = [[label, format(mean(key, 63, 72), spec), format(mean(key, 78, 107), spec)] for label, key, spec in figures]
@@ -342,7 +438,8 @@ def collapse_table() -> list[str]:
 def peer_table() -> list[str]:
     saved = read_json("h200_peer_trl/peer_trl.json")
     settings = saved["settings"]
-    text = script("benchmarks/peer_trl.py").table(saved["results"], settings["prompts_per_step"] * settings["num_samples"])
+    responses = settings["prompts_per_step"] * settings["num_samples"]
+    text = script("benchmarks/peer_trl.py").table(saved["results"], responses)
     return text.splitlines()  # the ratios follow the table after a blank line
 
 
@@ -355,11 +452,21 @@ TABLES: dict[str, Callable[[], list[str]]] = {
         ("seq KL[μ‖π]", "mismatch/seq_kl", 3), ("slope of ρ / token", "mismatch/seq_logratio_slope", 2)]),
     "lab-ratios": lambda: lab_ratios(LAB),
     "step-time": step_time_table,
+    "arithmetic-t1": arithmetic_table("h200_rl", (0, 1, 2), window=10, threshold=0.4, with_mean=True),
+    "arithmetic-other": other_settings_table,
+    "arithmetic-fewshot": arithmetic_table("h200_fewshot", (0, 1, 2), window=5, threshold=0.9, with_mean=False),
+    "round4": round4_table,
+    "round4-lab": lambda: lab_table("h200_round4/lab_builtin_hf/mismatch.json", [
+        ("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean", 3), ("std of ρ", "mismatch/seq_logratio_std", 3),
+        ("k3", "mismatch/k3", 3), ("sequence KL", "mismatch/seq_kl", 3),
+        ("trainer vs itself: micro-batch 64 vs 16", "trainer/microbatch_gap_abs_mean", 2),
+        ("no-grad scoring vs update path", "trainer/update_path_gap_abs_mean", 2)]),
+    "round4-lab-ratios": lambda: lab_ratios("h200_round4/lab_builtin_hf/mismatch.json"),
     "round5-arms": arms_table(("h200_round5", "h200_round5/reference"),
                               ("steps", "first", "logp", "k3", "seq_kl", "held_out_200", "skipped")),
     "round5-instruments": instruments_table("h200_round5", "h200_round5/reference"),
-    "round6-arms": arms_table(("h200_round6",), ("first", "logp", "k3", "seq_kl", "first_last", "held_out_200", "skipped")),
-    "round7-arms": arms_table(("h200_round7",), ("first", "logp", "k3", "seq_kl", "first_last", "held_out_200", "skipped")),
+    "round6-arms": arms_table(("h200_round6",), TO_200_STEPS),
+    "round7-arms": arms_table(("h200_round7",), TO_200_STEPS),
     "round7-lab": lambda: lab_table(ROUND7_LAB, [
         ("token mean \\|Δlogp\\|", "mismatch/abs_logp_diff_mean", 3), ("std of ρ", "mismatch/seq_logratio_std", 3),
         ("k3", "mismatch/k3", 3), ("sequence KL", "mismatch/seq_kl", 3),
@@ -369,11 +476,9 @@ TABLES: dict[str, Callable[[], list[str]]] = {
         ("\\|Δ\\| at positions 256–1024", "mismatch/position/256-1024/abs_logp_diff_mean", 2)]),
     "round7-lab-ratios": lambda: lab_ratios(ROUND7_LAB),
     "round7-speed": round7_speed_table,
-    "round8-arms": arms_table(("h200_round8",), ("steps", "best", "windows", "weights", "logp", "k3", "seq_kl",
-                                                 "held_out_100", "skipped")),
+    "round8-arms": arms_table(("h200_round8",), (*LONG, "held_out_100", "skipped")),
     "round8-slopes": length_slope_table("h200_round8", {"bf16": "pg-bf16-long", "fp16": "pg-fp16-long"}),
-    "round9-arms": arms_table(("h200_round9",), ("steps", "best", "windows", "weights", "logp", "k3", "seq_kl",
-                                                 "reward_100", "skipped")),
+    "round9-arms": arms_table(("h200_round9",), (*LONG, "reward_100", "skipped")),
     "round9-collapse": collapse_table,
     "round9-slopes": length_slope_table("h200_round9", {"bf16": "pg-bf16-long-s1", "fp16": "pg-fp16-long-s1"}),
     "rounds5-7-steps-to-0.9": steps_to_threshold_table,
@@ -397,12 +502,10 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "scale4-cells": cell_table("the 1.5B shape, 64 responses of 4,096 tokens, fp16", [
         ("gradient checkpointing (third run)", "h200_scale_3/ladder-4k.json"),
         ("no checkpointing", "h200_scale_4/ladder-4k-no-ckpt.json")]),
-    "scale4-ratio": lambda: [
-        "| the 1.5B shape at 1k, fp16 / bf16 (medians of the run's cells) | step time | learner time |", "|---|---|---|",
-        "| fourth run | " + " | ".join(f"{read_json('h200_scale_4/ladder-ratio.json')[f'fp16_over_bf16_{p}_time']['qwen2.5-1.5b']:.3f}x"
-                                     for p in ("step", "learner")) + " |"],
+    "scale4-ratio": lambda: ladder_ratio_table("h200_scale_4/ladder-ratio.json", "fourth run"),
     "scale5-cells": cell_table("the 1.5B shape, 64 responses of 4,096 tokens, fp16, no checkpointing", [
-        ("`--compile-layers`", "h200_scale_5/ladder-4k-compiled.json"), ("eager", "h200_scale_5/ladder-4k-no-ckpt.json")]),
+        ("`--compile-layers`", "h200_scale_5/ladder-4k-compiled.json"),
+        ("eager", "h200_scale_5/ladder-4k-no-ckpt.json")]),
     "scale5-loops": loop_table("SmolLM2, 128 × 8, `--no-vllm-row-seeds --no-rescore`", [
         ("fourth run (padding mask, memory-efficient attention)", "h200_scale_4/loop-128x8-fast"),
         ("fifth run (no mask for right-padded rows, flash attention)", "h200_scale_5/loop-128x8-fast")]),
