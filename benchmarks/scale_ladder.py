@@ -247,12 +247,12 @@ def random_prompts(args: LadderArgs, vocab: int) -> list[list[int]]:
 
 def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> dict:
     """Build the sampler and the learner of one cell, run its steps, and return its figures."""
-    from precision_oat.args import algorithm_spec
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.errors import UserError
     from precision_oat.models import Policy, resolve_device
     from precision_oat.precision.weight_sync import push_weights
     from precision_oat.rl.rollout import collate
+    from precision_oat.rl.settings import learner_settings
     from precision_oat.rl.step import finished
     from precision_oat.runs.profile import operator_profile
     from precision_oat.samplers import build_sampler
@@ -296,8 +296,8 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
             if cuda:
                 # Where each live block was allocated, from here on (allocator_picture reads it).
                 torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
-            learner, stats = largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device,
-                                                    build_learner, algorithm_spec)
+            learner, stats = largest_fitting_update(args, cell, model, response_len, dtype, rollout, device,
+                                                    build_learner, learner_settings)
             if learner is None:
                 return cell
         else:
@@ -346,8 +346,7 @@ def run_cell(args: LadderArgs, name: str, response_len: int, dtype: DType) -> di
     return cell
 
 
-def largest_fitting_update(args, cell, model, precision, response_len, dtype, rollout, device, build_learner,
-                           algorithm_spec):
+def largest_fitting_update(args, cell, model, response_len, dtype, rollout, device, build_learner, learner_settings):
     """The first step's update with the largest micro-batch that fits; (learner, stats), or (None, None).
 
     One learner throughout: after an out-of-memory its partial gradients are dropped and the
@@ -357,14 +356,15 @@ def largest_fitting_update(args, cell, model, precision, response_len, dtype, ro
 
     flags = cell_args(args, response_len, dtype, args.micro_batch_sizes[0])
     try:
-        learner = build_learner(flags, copy.deepcopy(model), precision, algorithm_spec(flags), device)
+        learner = build_learner(copy.deepcopy(model), learner_settings(flags, device))
     except UserError as e:
         if not isinstance(e.__cause__, torch.cuda.OutOfMemoryError):
             raise
         cell["error"] = str(e)
         return None, None
     for size in args.micro_batch_sizes:
-        learner.settings = dataclasses.replace(learner.settings, micro_batch_size=size)
+        learner.settings = dataclasses.replace(learner.settings,
+                                               train=dataclasses.replace(learner.settings.train, micro_batch_size=size))
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)  # the peak of the size that fits, not of those that did not
         try:

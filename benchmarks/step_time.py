@@ -88,13 +88,13 @@ def synthetic_rollout(args: BenchArgs, vocab: int, seed: int = 0):
 
 def time_learner(args: BenchArgs, model, dtype: DType, learner_kind: str, device: torch.device) -> list[float]:
     """Seconds of each timed ``update`` call."""
-    from precision_oat.args import Args, TrainArgs, algorithm_spec
+    from precision_oat.args import Args, PrecisionArgs, TrainArgs
     from precision_oat.backends.local.driver import build_learner
-    from precision_oat.precision.policy import Precision
+    from precision_oat.rl.settings import learner_settings
 
-    train_args = Args(train=TrainArgs(micro_batch_size=args.micro_batch_size, learning_rate=1e-7, learner=learner_kind))
-    learner = build_learner(train_args, copy.deepcopy(model), Precision.from_flags(dtype), algorithm_spec(train_args),
-                            device)
+    flags = Args(precision=PrecisionArgs(dtype=dtype),
+                 train=TrainArgs(micro_batch_size=args.micro_batch_size, learning_rate=1e-7, learner=learner_kind))
+    learner = build_learner(copy.deepcopy(model), learner_settings(flags, device))
     rollout = synthetic_rollout(args, model.config.vocab_size).to(device)
     times = []
     for i in range(args.warmup + args.iters):

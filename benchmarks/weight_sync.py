@@ -40,11 +40,11 @@ def command_line() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict:
-    from precision_oat.args import algorithm_spec
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.models import load_policy, resolve_device
     from precision_oat.precision.weight_sync import push_weights
     from precision_oat.presets import parse_args
+    from precision_oat.rl.settings import learner_settings
     from precision_oat.rl.step import finished
     from precision_oat.samplers import build_sampler
 
@@ -58,7 +58,7 @@ def main(argv=None) -> dict:
     policy = load_policy(args.model)
     folder = Path(args.log.output_dir or "runs/weight_sync") / "vllm_init"
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed, folder=folder)
-    learner = build_learner(args, policy.model, precision, algorithm_spec(args), device)
+    learner = build_learner(policy.model, learner_settings(args, device))
 
     def timed(part) -> float:
         start = finished(device)

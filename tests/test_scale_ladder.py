@@ -67,9 +67,9 @@ def test_a_cell_stopped_by_a_time_limit_is_not_measured_rather_than_too_large(ce
 
 @pytest.mark.parametrize("learner_kind", ["builtin", "deepspeed"])
 def test_micro_batch_search_moves_down_on_out_of_memory_and_drops_the_failed_gradients(learner_kind):
-    from precision_oat.args import algorithm_spec
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.rl.rollout import collate
+    from precision_oat.rl.settings import learner_settings
     from precision_oat.samplers.kv_cache import KVCacheSampler
     from precision_oat.samplers.sampler import SamplingParams
 
@@ -78,8 +78,6 @@ def test_micro_batch_search_moves_down_on_out_of_memory_and_drops_the_failed_gra
     model = ladder.random_model("tiny")
     completions = KVCacheSampler(model, torch.float32).generate([[3, 4], [5, 6]], SamplingParams(n=4, max_new_tokens=4))
     rollout = collate(completions, [float(i % 2) for i in range(8)], 4, pad_token_id=0)
-    precision = ladder.cell_args(args, 4, "fp32", 4).precision.build()
-
     def build_with_small_memory(flags, *rest, **kw):
         learner = build_learner(flags, *rest, **kw)
         # The device runs out in the update's second 4-row forward, after the first one's backward.
@@ -94,15 +92,14 @@ def test_micro_batch_search_moves_down_on_out_of_memory_and_drops_the_failed_gra
         return learner
 
     cell = {"micro_batch_tried": {}}
-    learner, stats = ladder.largest_fitting_update(args, cell, model, precision, 4, "fp32", rollout, torch.device("cpu"),
-                                                   build_with_small_memory, algorithm_spec)
+    learner, stats = ladder.largest_fitting_update(args, cell, model, 4, "fp32", rollout, torch.device("cpu"),
+                                                   build_with_small_memory, learner_settings)
     assert cell["micro_batch_tried"] == {4: "out of memory", 2: "fits"} and cell["micro_batch_size"] == 2
-    assert learner.settings.micro_batch_size == 2 and "error" not in cell
+    assert learner.settings.train.micro_batch_size == 2 and "error" not in cell
 
     # The same step by a fresh learner at 2 rows: the failed attempt left no gradient behind.
     fresh_args = ladder.cell_args(args, 4, "fp32", 2)
-    fresh = build_learner(fresh_args, ladder.copy.deepcopy(model), precision, algorithm_spec(fresh_args),
-                          torch.device("cpu"))
+    fresh = build_learner(ladder.copy.deepcopy(model), learner_settings(fresh_args, torch.device("cpu")))
     fresh_stats = fresh.update(rollout, 0).stats
     assert stats["loss/policy"] == fresh_stats["loss/policy"]
     for (name, w), (_, v) in zip(learner.export_weights(), fresh.export_weights()):

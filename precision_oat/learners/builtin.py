@@ -16,22 +16,19 @@ from typing import Iterator
 
 import torch
 
-from precision_oat.algorithms import AlgorithmSpec
-from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.learners.learner import Learner
 from precision_oat.learners.lora import merged_lora_weights
 from precision_oat.learners.master_weights import MasterWeights
 from precision_oat.learners.weight_decay import decay_groups
 from precision_oat.precision.loss_scaler import LossScaler
-from precision_oat.precision.policy import Precision
-from precision_oat.rl.step import UpdateSettings
+from precision_oat.rl.settings import LearnerSettings
 
 
 class PrecisionLearner(Learner):
-    def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
-                 train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
-        super().__init__(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
-        self.model = self.model.to(device=device, dtype=precision.trainer_dtype)
+    def __init__(self, model: torch.nn.Module, settings: LearnerSettings):
+        super().__init__(model, settings)
+        precision, train = settings.precision, settings.train
+        self.model = self.model.to(device=settings.device, dtype=precision.trainer_dtype)
         self.model.train()
         trainable = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.weights = MasterWeights(trainable, precision.master_dtype)
@@ -49,7 +46,7 @@ class PrecisionLearner(Learner):
     def optimizer_step(self) -> tuple[float, bool]:
         """Unscale, check for inf/nan, clip and step; skip the step on overflow."""
         self.weights.scale_grads(1.0 / self.scaler.scale)
-        max_norm = self.train_args.max_grad_norm
+        max_norm = self.settings.train.max_grad_norm
         grads = [m for m in self.weights.master if m.grad is not None]
         norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm if max_norm is not None else math.inf))
         skip = self.scaler.update(overflow=not math.isfinite(norm))

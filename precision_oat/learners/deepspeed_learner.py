@@ -17,29 +17,26 @@ from typing import Iterator
 
 import torch
 
-from precision_oat.algorithms import AlgorithmSpec
-from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.learners.deepspeed_config import engine_config, ensure_process_group, fp32_masters, import_deepspeed
 from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.learners.learner import Learner
 from precision_oat.learners.lora import merged_lora_weights
 from precision_oat.learners.weight_decay import decay_groups
-from precision_oat.precision.policy import Precision
-from precision_oat.rl.step import UpdateSettings
+from precision_oat.rl.settings import LearnerSettings
 
 # Tag of the DeepSpeed checkpoint inside a checkpoint folder.
 STATE_TAG = "deepspeed"
 
 
 class DeepSpeedLearner(DeepSpeedHooks, Learner):
-    def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
-                 train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
+    def __init__(self, model: torch.nn.Module, settings: LearnerSettings):
         deepspeed = import_deepspeed()
-        super().__init__(model, precision, algo, settings, train, lora, device, gradient_checkpointing)
+        super().__init__(model, settings)
+        precision, train, device = settings.precision, settings.train, settings.device
         ensure_process_group(device)
         optimizer = {"type": "AdamW", "params": {"lr": train.learning_rate, "betas": list(train.adam_betas),
                                                  "weight_decay": train.weight_decay, "torch_adam": True}}
-        config = engine_config(precision, device, settings.micro_batch_size, train.zero_stage, train.max_grad_norm,
+        config = engine_config(precision, device, train.micro_batch_size, train.zero_stage, train.max_grad_norm,
                                optimizer)
         groups = decay_groups(((n, p) for n, p in self.model.named_parameters() if p.requires_grad), train.weight_decay)
         self.engine, *_ = deepspeed.initialize(model=self.model.to(device), model_parameters=groups, config=config)

@@ -6,11 +6,10 @@ back as a plain fp32 HF model (LoRA merged) for checkpoints and the final probe.
 fills the step's hooks and three of its own: :meth:`export_weights` (the masters, streamed),
 :meth:`save_state` and :meth:`load_state` (its checkpoint).
 
-Constructor arguments, in the order the driver passes them: the fp32 HF ``model``; the
-:class:`~precision_oat.precision.policy.Precision` policy; the algorithm's hyperparameters
-(:class:`~precision_oat.algorithms.AlgorithmSpec`); the update's
-:class:`~precision_oat.rl.step.UpdateSettings`; the optimiser's ``TrainArgs`` and ``LoraArgs``;
-the ``device``; whether to checkpoint activations.
+Constructor arguments: the fp32 HF ``model`` and its
+:class:`~precision_oat.rl.settings.LearnerSettings` (the precision policy, the algorithm, the
+learner's, rollout's, model's and LoRA's flags, the device and the processes), which
+:func:`~precision_oat.rl.settings.learner_settings` makes from the parsed flags.
 """
 
 from __future__ import annotations
@@ -21,23 +20,20 @@ from typing import Iterator
 
 import torch
 
-from precision_oat.algorithms import AlgorithmSpec
-from precision_oat.args import LoraArgs, TrainArgs
 from precision_oat.learners.lora import add_lora
 from precision_oat.precision.lm_head import use_fp32_head
-from precision_oat.precision.policy import Precision
 from precision_oat.rl.scoring import token_logprobs
-from precision_oat.rl.step import RLStep, UpdateSettings
+from precision_oat.rl.settings import LearnerSettings
+from precision_oat.rl.step import RLStep
 
 
 class Learner(RLStep):
-    def __init__(self, model: torch.nn.Module, precision: Precision, algo: AlgorithmSpec, settings: UpdateSettings,
-                 train: TrainArgs, lora: LoraArgs, device: torch.device, gradient_checkpointing: bool = False):
-        self.algo = algo
-        self.precision = precision
+    def __init__(self, model: torch.nn.Module, settings: LearnerSettings):
         self.settings = settings
-        self.train_args = train
-        self.device = device
+        self.algo = settings.algo
+        self.precision = precision = settings.precision
+        self.device = settings.device
+        lora = settings.lora
         self.config = model.config
         model = model.float()
         # Exact fp32 weights for export and for merging LoRA; kept only when the compute
@@ -46,7 +42,7 @@ class Learner(RLStep):
         if lora.lora_rank > 0:
             self.base_weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
             model = add_lora(model, lora)
-        if gradient_checkpointing:
+        if settings.model.gradient_checkpointing:
             # Newer transformers renamed it, and warn on every call of the old name.
             getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
             if lora.lora_rank > 0:
@@ -61,8 +57,8 @@ class Learner(RLStep):
     def forward_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, truncation=None,
                          response_mask=None) -> torch.Tensor:
         s = self.settings
-        return token_logprobs(self.forward_module, input_ids, attention_mask, s.temperature, truncation, response_mask,
-                              s.logprob_chunk_size, s.compile)
+        return token_logprobs(self.forward_module, input_ids, attention_mask, s.rollout.temperature, truncation,
+                              response_mask, s.train.logprob_chunk_size, s.model.compile_layers)
 
     @property
     def forward_module(self) -> torch.nn.Module:

@@ -27,58 +27,26 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional
+from typing import Iterable
 
 import torch
 
 from precision_oat.algorithms import PolicyLoss
-from precision_oat.distributed.world import SINGLE, World
+from precision_oat.distributed.world import World
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, NonFiniteWeights, out_of_memory_explained
 from precision_oat.precision.mismatch_metrics import mismatch_breakdown, mismatch_metrics
 from precision_oat.rl.microbatch import combine_stats, micro_batches, passes_on_every_rank
 from precision_oat.rl.rollout import Rollout
-from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score
+from precision_oat.rl.scoring import score
+from precision_oat.rl.settings import LearnerSettings
 from precision_oat.rl.update_plan import policy_batch, update_plan
 from precision_oat.seeds import SHUFFLE, derive_seed
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """How one rollout becomes optimiser steps (from ``TrainArgs`` and ``RolloutArgs``)."""
-
-    # Responses per forward/backward.
-    micro_batch_size: int
-    # Responses per optimiser step; None uses the whole rollout.
-    train_batch_size: Optional[int] = None
-    # Passes over each rollout.
-    num_epochs: int = 1
-    # The run's seed (the shuffle of each step derives from it).
-    seed: int = 0
-    # Sampling temperature; the trainer scores logits / T.
-    temperature: float = 1.0
-    # Take π_old of the first mini-batch from its own forward (detached), removing the self-gap.
-    self_consistent_old_logprobs: bool = False
-    # Score π_old in a pass of its own before the update; False takes every row's from its forward in the update
-    # (one mini-batch of one epoch: the same policy), which saves that pass.
-    rescore: bool = True
-    # Bypass mode: the loss takes μ as π_old (the clip ratio is π_θ/μ), and no scoring pass runs, as with
-    # ``rescore=False``; every row's forward in the update still gives the trainer's π for the mismatch metrics.
-    bypass: bool = False
-    # The processes that share each step (one by default); see :mod:`~precision_oat.distributed.world`.
-    world: World = SINGLE
-    # Response positions per chunk of the trainer's fp32 log-softmax (:mod:`~precision_oat.rl.scoring`).
-    logprob_chunk_size: int = DEFAULT_CHUNK_SIZE
-    # Most padded tokens (rows × longest row) per forward/backward; None cuts by ``micro_batch_size`` alone.
-    micro_batch_tokens: Optional[int] = None
-    # torch.compile the trainer's passes over the vocabulary (:mod:`~precision_oat.rl.scoring`); the driver
-    # compiles the model's decoder layers with them (``--compile-layers``).
-    compile: bool = False
 
 
 class RLStep(PolicyLoss):
     """The shared update. Subclasses set ``self.settings`` and implement the four learner hooks."""
 
-    settings: UpdateSettings
+    settings: LearnerSettings
     # Whether this process has run an optimiser step (the optimiser makes its state at the first).
     _stepped = False
 
@@ -115,17 +83,16 @@ class RLStep(PolicyLoss):
 
     def score(self, rollout: Rollout) -> torch.Tensor:
         """log π_old of the rollout's response tokens, [B, L-1] (0 elsewhere), in micro-batches, no gradient."""
-        world = self.settings.world
+        world, t = self.settings.world, self.settings.train
         rows = torch.arange(rollout.num_sequences, device=rollout.input_ids.device)[world.rows(rollout.num_sequences)]
         truncation = None if rollout.truncation is None else rollout.truncation.select(rows, rollout.input_ids.shape[1] - 1)
         lengths = rollout.attention_mask.sum(-1).cpu()
         _, padding = passes_on_every_rank(world, torch.arange(rollout.num_sequences), lambda share: micro_batches(
-            share, self.settings.micro_batch_size, lengths, self.settings.micro_batch_tokens))
+            share, t.micro_batch_size, lengths, t.micro_batch_tokens))
         self.set_train(False)
         try:
             mine = score(self.forward_logprobs, rollout.input_ids[rows], rollout.attention_mask[rows],
-                         self.settings.micro_batch_size, truncation, rollout.response_mask[rows],
-                         self.settings.micro_batch_tokens, padding)
+                         t.micro_batch_size, truncation, rollout.response_mask[rows], t.micro_batch_tokens, padding)
         finally:
             self.set_train(True)
         return world.gather_rows(mine)
@@ -140,10 +107,10 @@ class RLStep(PolicyLoss):
 
     def _update(self, rollout: Rollout, step: int) -> "Update":
         start = time.perf_counter()
-        s = self.settings
-        world = s.world
+        s = self.settings.train
+        world = self.settings.world
         # Without rescoring, each row's π_old is its forward in the update, written in below.
-        rescore = s.rescore and not s.bypass
+        rescore = s.rescore and not s.bypass_mode
         old_logprobs = self.score(rollout) if rescore else torch.zeros_like(rollout.sampler_logprobs)
         scored = finished(rollout.input_ids.device)
         advantages = self.compute_advantages(rollout.rewards.view(-1, rollout.group_size)).reshape(-1)
@@ -168,7 +135,7 @@ class RLStep(PolicyLoss):
                     if s.self_consistent_old_logprobs:
                         batch.old_logprobs = batch.logprobs.detach()
                 loss, loss_s = self.policy_loss(replace(batch, old_logprobs=batch.sampler_logprobs)
-                                                if s.bypass else batch)
+                                                if s.bypass_mode else batch)
                 # The loss carries the whole mini-batch's denominators; the ranks' gradients are averaged.
                 self.backward(loss * world.size, last_micro_batch=j == passes - 1)
                 total += loss.item()

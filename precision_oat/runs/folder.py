@@ -18,7 +18,7 @@ RUN_MARKER = "precision-oat-run.json"
 # What a run writes into its folder (either backend); --overwrite deletes exactly these, in a folder with the marker.
 RUN_FILES = ("config.json", "metrics.jsonl", "metrics.jsonl.tmp", "summary.json", "mismatch_probe.json", "checkpoints",
              "preflight.json", "preflight.txt", "profile.json", "tokens", "wandb", "vllm_init", "initial_model", "oat",
-             "learner_error.txt")
+             "oat.log", "learner_error.txt", "learner_console.txt")
 # What the one-line description of a run names, when present.
 DESCRIBED = ("config.json", "metrics.jsonl", "checkpoints")
 # Keys of a config.json this library wrote (a run from before the marker is recognised by them).
@@ -67,7 +67,7 @@ def mark_run(out: Path) -> None:
 
 def start_new_run(out: Path, args: Args) -> None:
     """Make ``out`` the folder of a new run: refuse when it holds one, unless ``--overwrite`` deletes it; write config.json."""
-    stopped = check_new_run(out, args)
+    stopped = check_new_run(out, args.log.overwrite)
     if stopped:
         # Nothing of it is worth keeping: its flags are the ones being replaced, and it has no step to resume.
         print(f"--output-dir {out}: its earlier run stopped before its first step ({describe_run(out, stopped)}); "
@@ -82,8 +82,9 @@ def start_new_run(out: Path, args: Args) -> None:
     write_json(out / "config.json", config_values(out, args))
 
 
-def check_new_run(out: Path, args: Args) -> list[str]:
-    """Refuse ``out`` for a new run when it holds a run (unless ``--overwrite``) or files a run would write over.
+def check_new_run(out: Path, overwrite: bool) -> list[str]:
+    """Refuse ``out`` for a new run when it holds a run (unless ``overwrite``, ``--overwrite``) or files a run would
+    write over.
 
     Reads only. A folder without a run may hold anything but the names of RUN_FILES. Returns the files
     of a run there that stopped before its first step (the new run replaces it), or an empty list.
@@ -101,7 +102,7 @@ def check_new_run(out: Path, args: Args) -> list[str]:
     found = [name for name in DESCRIBED if (out / name).exists()]
     if found and stopped_before_first_step(out):
         return found
-    if found and not args.log.overwrite:
+    if found and not overwrite:
         if not any((out / "checkpoints").glob("step_*")):
             raise UserError(
                 f"--output-dir {out} already holds a run ({describe_run(out, found)}) that saved no checkpoint, so "

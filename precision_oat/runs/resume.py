@@ -61,11 +61,14 @@ def current_values(config: dict) -> dict:
     return values
 
 
-def changed_flags(config: dict, args: Args) -> dict[str, list[Any]]:
-    """flag name → [the run's value, this command's value] for every compared flag that differs."""
+def changed_flags(config: dict, flags: dict) -> dict[str, list[Any]]:
+    """flag name → [the run's value, this command's value] for every compared flag that differs.
+
+    ``flags`` holds this command's flag values as config.json records them (:func:`~precision_oat.presets.to_values`).
+    """
     run = current_values(config)
     defaults = _normal(to_values(Args()))
-    wanted = _normal(to_values(args))
+    wanted = _normal(flags)
     changes = {}
     for name, value in wanted.items():
         old = run.get(name, defaults.get(name))
@@ -74,12 +77,13 @@ def changed_flags(config: dict, args: Args) -> dict[str, list[Any]]:
     return changes
 
 
-def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
+def check_resume(out: Path, flags: dict, steps: int, checkpoint_step: int) -> Optional[dict]:
     """Refuse a resume that changes the run's meaning; return the summary of a run with nothing left to do.
 
-    Writes nothing: a finished run stays as it is, and :func:`record_resume` notes a resume once it has loaded.
+    ``flags`` are this command's flag values (:func:`changed_flags`), ``steps`` its ``--steps``. Writes nothing: a
+    finished run stays as it is, and :func:`record_resume` notes a resume once it has loaded.
     """
-    changes = changed_flags(read_config(out), args)
+    changes = changed_flags(read_config(out), flags)
     refused = {name: values for name, values in changes.items() if name not in SAFE_ON_RESUME}
     for name in CLASS_FLAGS:
         if name in refused:
@@ -93,7 +97,6 @@ def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
         listed = ", ".join(f"{flag(n)} {shown(new)} (the run has {shown(old)})" for n, (old, new) in refused.items())
         raise UserError(f"--resume: {listed} would change what the run computes; resume with the run's values "
                         f"(see {out / 'config.json'}) or start a new run in another --output-dir")
-    steps = args.train.steps
     if steps < checkpoint_step:
         raise UserError(f"--steps {steps}: the run in {out} already reached step {checkpoint_step}; "
                         f"resume with --steps {checkpoint_step} or more")
@@ -104,10 +107,11 @@ def check_resume(out: Path, args: Args, checkpoint_step: int) -> Optional[dict]:
     return summary
 
 
-def record_resume(out: Path, args: Args, step: int) -> None:
-    """Append this resume (its step and changed flags) to config.json's ``resumes``; the original values stay."""
+def record_resume(out: Path, flags: dict, step: int) -> None:
+    """Append this resume (its step and the flags of ``flags`` that changed) to config.json's ``resumes``; the original
+    values stay."""
     config = read_config(out)
-    changes = changed_flags(config, args)
+    changes = changed_flags(config, flags)
     config["resumes"] = [*config.get("resumes", []), {"step": step, "changed": changes}]
     if is_unmarked_run(out):
         mark_run(out)  # a run from before the marker: resuming makes it a marked one

@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner
 from precision_oat.errors import UserError
+from precision_oat.rl.settings import learner_settings
 from tests.backends.helpers import make_args
 from tests.backends.test_local_learner import rollout_of
 from tests.conftest import tiny_model
@@ -21,8 +21,7 @@ def one_update(compiled: bool, rollout):
     model's layers compiled or eager, and its output layer's log-softmax in chunks of 8 positions."""
     args = make_args(learner="deepspeed", zero_stage=0, dtype="fp32", algo="grpo", num_samples=2, micro_batch_size=4,
                      gradient_checkpointing=True, compile_layers=compiled, max_grad_norm=None, logprob_chunk_size=8)
-    learner = build_learner(args, tiny_model(layers=LAYERS), args.precision.build(), algorithm_spec(args),
-                            torch.device("cpu"))
+    learner = build_learner(tiny_model(layers=LAYERS), learner_settings(args, torch.device("cpu")))
     grads = {}
     for name, p in learner.model.named_parameters():
         p.register_hook(lambda g, name=name: grads.__setitem__(name, grads.get(name, 0) + g.detach().clone()))

@@ -341,8 +341,8 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
     """Two ranks of a DeepSpeed (ZeRO-1, CPU) learner save steps 1 and 2; rank 1's shard of step 2 is then torn."""
     from datetime import timedelta
 
-    from precision_oat.args import algorithm_spec
     from precision_oat.backends.local.driver import build_learner
+    from precision_oat.rl.settings import learner_settings
     from precision_oat.runs.checkpoint import resume_checkpoint, save_checkpoint
     from tests.conftest import byte_tokenizer, tiny_model
     from tests.backends.helpers import make_args
@@ -353,7 +353,7 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
     try:
         world = World(rank=rank, size=2, local_rank=rank)
         args = make_args(learner="deepspeed", zero_stage=1, dtype="fp32", algo="pg", num_samples=4)
-        learner = build_learner(args, tiny_model(), args.precision.build(), algorithm_spec(args), torch.device("cpu"), world)
+        learner = build_learner(tiny_model(), learner_settings(args, torch.device("cpu"), world))
         built = []
         export_model = learner.export_model
         learner.export_model = lambda: built.append(rank) or export_model()

@@ -7,11 +7,11 @@ import weakref
 import pytest
 import torch
 
-from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner, train
 from precision_oat.errors import NonFiniteWeights, UserError
 from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.precision.weight_sync import push_weights
+from precision_oat.rl.settings import learner_settings
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from tests.conftest import tiny_model
 from tests.backends.helpers import make_args
@@ -20,7 +20,7 @@ from tests.backends.test_local_learner import rollout_of
 
 def build(kind, model, **flags):
     args = make_args(learner=kind, zero_stage=flags.pop("zero_stage", 0), **flags)
-    return build_learner(args, model, args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+    return build_learner(model, learner_settings(args, torch.device("cpu")))
 
 
 @pytest.mark.parametrize("zero_stage", [0, 2])

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner
+from precision_oat.rl.settings import learner_settings
 from tests.conftest import tiny_model
 from tests.backends.helpers import make_args
 from tests.backends.test_local_learner import rollout_of
@@ -15,7 +15,7 @@ def update_gradients(learner_kind: str, lora_rank: int, checkpointing: bool, rol
     weight over one update's micro-batches."""
     args = make_args(learner=learner_kind, zero_stage=0, dtype="fp32", algo="grpo", num_samples=2, micro_batch_size=4,
                      lora_rank=lora_rank, gradient_checkpointing=checkpointing, max_grad_norm=None)
-    learner = build_learner(args, tiny_model(), args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+    learner = build_learner(tiny_model(), learner_settings(args, torch.device("cpu")))
     grads = {}
     for name, p in learner.model.named_parameters():
         if p.requires_grad:

@@ -10,6 +10,7 @@ from precision_oat.algorithms import compose
 from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner, learner_base
 from precision_oat.rl.rollout import collate
+from precision_oat.rl.settings import learner_settings
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams
 from tests.backends.helpers import make_args
@@ -43,8 +44,7 @@ def test_a_subclass_overrides_every_hook_of_the_learner(learner):
     args = make_args(learner=learner, algo="grpo-tis", dtype="fp32", num_samples=2, micro_batch_size=2)
     calls: list[str] = []
     cls = recording_subclass(compose(algorithm_spec(args), learner_base(learner)), calls)
-    learner_ = build_learner(args, model, args.precision.build(), algorithm_spec(args), torch.device("cpu"),
-                             learner_class=cls)
+    learner_ = build_learner(model, learner_settings(args, torch.device("cpu")), learner_class=cls)
     learner_.update(rollout, step=0)
     assert set(calls) == set(HOOKS), sorted(set(HOOKS) - set(calls))
     # Four rows two at a time: both passes of the scoring and both of the update go through the override.

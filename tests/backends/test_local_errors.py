@@ -148,8 +148,8 @@ def raise_out_of_memory(*_, **__):
 
 
 def test_out_of_memory_in_the_learner_update_names_the_flags_to_lower():
-    from precision_oat.args import algorithm_spec
     from precision_oat.backends.local.driver import build_learner
+    from precision_oat.rl.settings import learner_settings
     from precision_oat.errors import UserError
     from precision_oat.rl.rollout import collate
     from precision_oat.samplers.sampler import SamplingParams
@@ -158,7 +158,7 @@ def test_out_of_memory_in_the_learner_update_names_the_flags_to_lower():
     completions = KVCacheSampler(model, torch.float32).generate([[3, 4, 5]], SamplingParams(n=2, max_new_tokens=4))
     rollout = collate(completions, [0.0, 1.0], 2, pad_token_id=0)
     args = make_args(num_samples=2)
-    learner = build_learner(args, model, args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+    learner = build_learner(model, learner_settings(args, torch.device("cpu")))
     # The allocator gives out in the first decoder layer's forward.
     learner.model.model.layers[0].register_forward_hook(raise_out_of_memory)
     with pytest.raises(UserError) as caught:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from precision_oat.algorithms import RECIPES
-from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner
 from precision_oat.precision.mismatch_metrics import mismatch_metrics
 from precision_oat.rl.rollout import collate
+from precision_oat.rl.settings import learner_settings
 from precision_oat.samplers.kv_cache import KVCacheSampler
 from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
@@ -20,7 +20,7 @@ PROMPTS = [[3, 4, 5, 6], [7, 8, 9], [10, 11], [12, 13, 14, 15, 16]]
 
 def build(model, **flags):
     args = make_args(**flags)
-    return build_learner(args, model, args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+    return build_learner(model, learner_settings(args, torch.device("cpu")))
 
 
 def rollout_of(model, n=4, seed=0, max_new_tokens=8):

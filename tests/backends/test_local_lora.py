@@ -4,8 +4,8 @@ import json
 
 import torch
 
-from precision_oat.args import algorithm_spec
 from precision_oat.backends.local.driver import build_learner, train
+from precision_oat.rl.settings import learner_settings
 from tests.conftest import tiny_model
 from tests.backends.helpers import make_args
 from tests.backends.test_local_learner import rollout_of
@@ -16,7 +16,7 @@ RANK, ALPHA = 4, 8.0
 def test_exported_weights_are_base_plus_scaled_adapter_product():
     base = {n: p.detach().clone() for n, p in tiny_model().named_parameters()}
     args = make_args(dtype="fp32", algo="grpo", num_samples=4, lora_rank=RANK, lora_alpha=ALPHA, learning_rate=1e-2)
-    learner = build_learner(args, tiny_model(), args.precision.build(), algorithm_spec(args), torch.device("cpu"))
+    learner = build_learner(tiny_model(), learner_settings(args, torch.device("cpu")))
     learner.update(rollout_of(tiny_model()), step=0)  # B starts at zero: one step makes B·A non-zero
 
     adapters = {n: p.detach() for n, p in learner.model.named_parameters() if "lora_" in n}

@@ -18,6 +18,7 @@ from precision_oat.backends.oat.oat_learner import OatLearner
 from precision_oat.errors import NonFiniteWeights
 from precision_oat.learners.deepspeed_config import local_fp32_masters
 from precision_oat.rl.rollout import collate
+from precision_oat.rl.settings import learner_settings
 from precision_oat.samplers.sampler import Completion
 
 FLAGS = ("--prompts-per-step", "4", "--num-samples", "4", "--max-new-tokens", "4", "--micro-batch-size", "4",
@@ -85,7 +86,7 @@ def test_loss_and_mismatch_match_the_local_engine_in_fp32(oat_args, oat_policy_d
     rewards = [t.rewards[-1] for t in transitions]
     rollout = collate(completions, rewards, source.rollout.num_samples, learner.tokenizer.pad_token_id)
     model = AutoModelForCausalLM.from_pretrained(oat_policy_dir, attn_implementation="eager")
-    local = build_learner(source, model, args.precision, args.algorithm, torch.device("cpu"))
+    local = build_learner(model, learner_settings(source, torch.device("cpu")))
     local_info = local.update(rollout, step=0).stats
 
     assert abs(local_info["loss/policy"]) > 1e-3

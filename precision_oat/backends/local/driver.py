@@ -27,11 +27,11 @@ from typing import Optional
 import torch
 
 from precision_oat import stacks
-from precision_oat.algorithms import AlgorithmSpec, PolicyLoss, compose
-from precision_oat.args import Args, algorithm_spec
+from precision_oat.algorithms import PolicyLoss, compose
+from precision_oat.args import Args, PrecisionArgs, RolloutArgs, TrainArgs
 from precision_oat.checks import checks_deferred
 from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
-from precision_oat.distributed.world import SINGLE, World, check_layout, check_same_config, world_from_env
+from precision_oat.distributed.world import World, check_layout, check_same_config, world_from_env
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_process_group
@@ -43,7 +43,7 @@ from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.presets import to_values
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
-from precision_oat.rl.step import UpdateSettings
+from precision_oat.rl.settings import LearnerSettings, learner_settings
 from precision_oat.runs.alarms import parse_alarms
 from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
 from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, record_contract, start_new_run
@@ -64,15 +64,15 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     precision contract are the same.
     """
     # Everything that can be wrong with the arguments fails here, before any model loads or any file is written.
-    precision = args.precision.build()
-    spec = algorithm_spec(args)
     learner_class = learner_class or imported_class("learner_class", args.train.learner_class)
     actor_class = actor_class or imported_class("actor_class", args.train.actor_class) or PrecisionActor
-    check_classes(args, learner_class, actor_class)
-    check_before_start(args, precision)
-    parse_alarms(args.log.mismatch_alarm)  # a key no step logs is refused before anything is written
+    check_classes(args.train.learner, learner_class, actor_class)
     args = with_class_names(args, learner_class, actor_class)
-    world, device = processes(args)
+    settings = learner_settings(args, resolve_device(args.train.device))
+    check_before_start(args.rollout, args.train, args.precision, settings.precision)
+    parse_alarms(args.log.mismatch_alarm)  # a key no step logs is refused before anything is written
+    world, device = processes(args.train.device)
+    settings = replace(settings, device=device, world=world)  # this process's device (a rank's own GPU) and its place
     out = world.broadcast(output_dir_for(args))
     check_same_config(world, config_values(out, args))
     newest = require_checkpoint(out) if args.log.resume else None
@@ -82,13 +82,13 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     if world.is_main:
         # Both read only: a refused resume or folder is refused before the model loads.
         if newest is not None:
-            finished = check_resume(out, args, checkpoint_step(newest))
+            finished = check_resume(out, to_values(args), args.train.steps, checkpoint_step(newest))
         else:
-            check_new_run(out, args)
+            check_new_run(out, args.log.overwrite)
     finished = world.broadcast(finished)
     if finished is not None:
         return finished
-    if precision.batch_invariant:
+    if settings.precision.batch_invariant:
         enable_batch_invariance()  # before the first CUDA work, which the model's loading may be
     # The model and the task load before the folder is claimed, so a prompt over the limit writes nothing.
     workload = load_workload(args, world)
@@ -96,7 +96,7 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     with RunLock(out) if world.is_main else nullcontext():
         if world.is_main and newest is None:
             start_new_run(out, args)
-        run = build_run(out, args, precision, spec, device, world, learner_class, actor_class, *workload)
+        run = build_run(out, args, settings, learner_class, actor_class, *workload)
         return run_steps(run, args.train, args.rollout, args.eval, args.log)
 
 
@@ -115,9 +115,10 @@ def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
     return policy, task, examples
 
 
-def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, device: torch.device, world: World,
-              learner_class: Optional[type], actor_class: type, policy: Policy, task: Task, examples: list) -> Run:
+def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: Optional[type], actor_class: type,
+              policy: Policy, task: Task, examples: list) -> Run:
     """The parts of a run in its claimed folder ``out`` (config.json is written, a resume has been checked)."""
+    precision, spec, device, world = settings.precision, settings.algo, settings.device, settings.world
     say = print if world.is_main else (lambda *a, **k: None)
     algorithm = (f"{spec.advantage} / {spec.objective} / {spec.correction} / {spec.reduction}"
                  if learner_class is None else learner_class.__qualname__)
@@ -143,41 +144,36 @@ def build_run(out: Path, args: Args, precision: Precision, spec: AlgorithmSpec, 
                             folder=out / "vllm_init" / (f"rank{world.rank}" if world.size > 1 else ""),
                             longest_response=max(args.rollout.max_new_tokens, args.eval.eval_max_new_tokens or 0),
                             partial_pushes=args.lora.lora_rank > 0, world=world)
-    learner = build_learner(args, policy.model, precision, spec, device, world, learner_class)
+    learner = build_learner(policy.model, settings, learner_class)
     actor = actor_class(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
     if type(actor).encode is not PrecisionActor.encode:  # an actor of its own may render prompts its own way
         check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
 
     start_step = 0
+    flags = to_values(args)
     if args.log.resume:
         folder, start_step = resume_checkpoint(out, learner, world)
         push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
-            record_resume(out, args, start_step)
+            record_resume(out, flags, start_step)
         say(f"resumed from {folder} at step {start_step}", flush=True)
 
     # Rank 0 writes the run's metrics; the other ranks only compute.
-    log = RunLog(out, to_values(args), wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
+    log = RunLog(out, flags, wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,
                  run_name=args.log.run_name or out.name,
                  resume_step=start_step if args.log.resume else None) if world.is_main else None
     return Run(out, world, device, precision, policy.tokenizer, examples, sampler, learner, actor, log,
                start_step)
 
 
-def build_learner(args: Args, model, precision: Precision, spec: AlgorithmSpec, device: torch.device,
-                  world: World = SINGLE, learner_class: Optional[type] = None):
-    """``learner_class`` as given, or ``--learner``'s base with ``--algo``'s mixins before it."""
-    t, r = args.train, args.rollout
-    settings = UpdateSettings(micro_batch_size=t.micro_batch_size, train_batch_size=t.train_batch_size,
-                              num_epochs=t.num_epochs, seed=t.seed, temperature=r.temperature,
-                              self_consistent_old_logprobs=t.self_consistent_old_logprobs, rescore=t.rescore,
-                              bypass=t.bypass_mode, world=world, logprob_chunk_size=t.logprob_chunk_size,
-                              micro_batch_tokens=t.micro_batch_tokens, compile=args.model.compile_layers)
-    cls = learner_class or compose(spec, learner_base(t.learner))
-    with out_of_memory_explained(f"the {t.learner} learner's start (weights, masters, optimiser state)",
+def build_learner(model, settings: LearnerSettings, learner_class: Optional[type] = None):
+    """``learner_class`` as given, or ``--learner``'s base with ``--algo``'s mixins before it, built on ``model``."""
+    kind = settings.train.learner
+    cls = learner_class or compose(settings.algo, learner_base(kind))
+    with out_of_memory_explained(f"the {kind} learner's start (weights, masters, optimiser state)",
                                  LEARNER_MEMORY_FLAGS):
-        learner = cls(model, precision, spec, settings, t, args.lora, device, args.model.gradient_checkpointing)
-    if settings.compile:
+        learner = cls(model, settings)
+    if settings.model.compile_layers:
         compile_layers(learner.model)
     return learner
 
@@ -226,13 +222,13 @@ def where_it_failed(error: BaseException) -> str:
 REQUIRED_HOOKS = (("compute_advantages", "advantage estimator", "GRPOMixin"), ("objective", "objective", "ISPGMixin"))
 
 
-def check_classes(args: Args, learner_class: Optional[type], actor_class: type) -> None:
+def check_classes(learner: str, learner_class: Optional[type], actor_class: type) -> None:
     """A learner class must derive from ``--learner``'s base and fill every hook; an actor class derive from the shared actor."""
     if learner_class is not None:
-        base = learner_base(args.train.learner)
+        base = learner_base(learner)
         if not issubclass(learner_class, base):
             raise UserError(f"learner class {learner_class.__qualname__} does not derive from {base.__name__}, the "
-                            f"base of --learner {args.train.learner}; derive it from {base.__name__} or pick the "
+                            f"base of --learner {learner}; derive it from {base.__name__} or pick the "
                             "--learner whose base it has")
         for hook, piece, example in REQUIRED_HOOKS:
             if getattr(learner_class, hook) is getattr(PolicyLoss, hook):
@@ -257,10 +253,9 @@ def with_class_names(args: Args, learner_class: Optional[type], actor_class: typ
         return replace(args, train=replace(args.train, **names))
 
 
-def check_before_start(args: Args, precision: Precision) -> None:
+def check_before_start(r: RolloutArgs, t: TrainArgs, flags: PrecisionArgs, precision: Precision) -> None:
     """Refuse what the flags cannot do with this launcher, these installed stacks and these devices."""
     world = world_from_env()
-    r, t = args.rollout, args.train
     if r.vllm_tensor_parallel_size > 1 and r.sampler != "vllm":
         raise UserError(f"--vllm-tensor-parallel-size {r.vllm_tensor_parallel_size} needs --sampler vllm")
     if world.size % r.vllm_tensor_parallel_size:
@@ -271,17 +266,17 @@ def check_before_start(args: Args, precision: Precision) -> None:
     if t.learner == "deepspeed":
         stacks.require("deepspeed")
         if deepspeed_refuses(precision.trainer, resolve_device(t.device)):
-            flag = "--trainer-dtype" if args.precision.trainer_dtype else "--dtype"
+            flag = "--trainer-dtype" if flags.trainer_dtype else "--dtype"
             raise UserError(f"{flag} fp16: --learner deepspeed needs a CUDA device for fp16 (DeepSpeed refuses "
                             f"fp16 on CPU); use --learner builtin, or {flag} bf16/fp32")
     # The evaluation sets are checked once the task is built.
     check_layout(world, t.learner, r.prompts_per_step, r.num_samples, t.train_batch_size, {})
 
 
-def processes(args: Args) -> tuple[World, torch.device]:
-    """This process's place among the launcher's processes (one without a launcher), and its device."""
+def processes(device_flag: str) -> tuple[World, torch.device]:
+    """This process's place among the launcher's processes (one without a launcher), and its device (``--device``)."""
     world = world_from_env()
-    device = resolve_device(args.train.device)
+    device = resolve_device(device_flag)
     if world.size > 1:
         if device.type == "cuda":
             device = torch.device("cuda", world.local_rank)

@@ -25,6 +25,7 @@ undo that, since the shared step already normalises by the whole mini-batch.
 from __future__ import annotations
 
 import traceback
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -42,7 +43,8 @@ from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.rl.actor import check_prompt_lengths
 from precision_oat.rl.rollout import Rollout
 from precision_oat.rl.scoring import causal_lm_logprobs
-from precision_oat.rl.step import RLStep, UpdateSettings
+from precision_oat.rl.settings import learner_settings
+from precision_oat.rl.step import RLStep
 from precision_oat.tasks import build_task
 from precision_oat.tasks.evaluation import summarize
 
@@ -55,20 +57,15 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
         install_cpu_shims()
         with learner_base_hooks(args.master_addr):
             super()._init(args, actors)
-        # Oat keeps its algorithm enum in self.algo; from here on it is our AlgorithmSpec.
-        self.algo = args.algorithm
-        self.precision = args.precision
         self.device = learner_device()
-        source = args.source.train
-        self.settings = UpdateSettings(
-            micro_batch_size=args.train_batch_size_per_device,
-            train_batch_size=args.train_batch_size_per_device * self.strategy.grad_acc_step,
-            num_epochs=args.num_ppo_epochs,
-            seed=args.seed,
-            temperature=args.temperature,
-            self_consistent_old_logprobs=source.self_consistent_old_logprobs,
-            logprob_chunk_size=source.logprob_chunk_size,
-        )
+        settings = learner_settings(args.source, self.device)
+        # This learner's share of a step: DeepSpeed's micro-batch, and the responses of one optimiser step.
+        micro = args.train_batch_size_per_device
+        self.settings = replace(settings, train=replace(settings.train, micro_batch_size=micro,
+                                                        train_batch_size=micro * self.strategy.grad_acc_step))
+        # Oat keeps its algorithm enum in self.algo; from here on it is our AlgorithmSpec.
+        self.algo = settings.algo
+        self.precision = settings.precision
         if self.strategy.is_rank_0():
             self.strategy.print("precision policy:\n" + self.precision.describe())
             # Oat logs through self._wandb.log(dict) on rank 0; metrics.jsonl (and wandb) take its place.
@@ -142,8 +139,8 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
         forward = partial(self.model, input_ids, attention_mask=attention_mask)
         return causal_lm_logprobs(self.deepspeed_engine.module,
                                   lambda: forward(without_logits=True)["last_hidden_state"], lambda: forward()["logits"],
-                                  input_ids, self.args.temperature, truncation, response_mask,
-                                  self.settings.logprob_chunk_size)
+                                  input_ids, self.settings.rollout.temperature, truncation, response_mask,
+                                  self.settings.train.logprob_chunk_size)
 
     def set_train(self, mode: bool) -> None:
         self.model.train(mode)
