@@ -87,7 +87,7 @@ def main(argv=None) -> dict:
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, policy.model.config.vocab_size, (r.prompts_per_step, PROMPT_TOKENS),
                             generator=generator).tolist()
-    paused, requests = vllm_sampler._collector_paused, vllm_sampler.request_params
+    paused, requests = vllm_sampler.collector_paused, vllm_sampler.request_params
 
     def batch(way: str, seed: int) -> dict:
         flat, pause = WAYS[way]
@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
                                 stop_token_ids=(), seed=seed)
         try:
             if not pause:
-                vllm_sampler._collector_paused = contextlib.nullcontext
+                vllm_sampler.collector_paused = contextlib.nullcontext
             if not flat:
                 vllm_sampler.request_params = lambda *a, **k: requests(*a, **{**k, "flat_logprobs": False})
             gc.collect()
@@ -104,7 +104,7 @@ def main(argv=None) -> dict:
                 completions = sampler.generate(prompts, params)
             elapsed = finished(device) - start
         finally:
-            vllm_sampler._collector_paused, vllm_sampler.request_params = paused, requests
+            vllm_sampler.collector_paused, vllm_sampler.request_params = paused, requests
         tokens = sum(len(c.response_ids) for c in completions)
         return {"tokens_per_s": tokens / elapsed, "seconds": elapsed, "collections": collections.count,
                 "collection_s": collections.seconds}

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from precision_oat.precision.policy import Precision
 from precision_oat.samplers.sampler import SamplingParams
 from precision_oat.samplers.vllm_sampler import VLLMSampler
 
@@ -74,7 +75,7 @@ def test_flat_log_prob_lists_give_the_completions_of_the_dicts_per_token_and_the
     import vllm
     from vllm.inputs import TokensPrompt
 
-    from precision_oat.samplers.vllm_sampler import completions_from, request_params
+    from precision_oat.samplers.vllm_requests import completions_from, request_params
 
     sampler = engine("float32")
     prompts, params = recipe.make_prompts(4), SamplingParams(n=2, max_new_tokens=16, stop_token_ids=(), seed=3)
@@ -154,7 +155,8 @@ def test_without_row_seeds_a_batch_seed_reproduces_the_batch_and_leaves_the_call
 
     model, folder = trained
     rollout = RolloutArgs(sampler="vllm", vllm_row_seeds=False, vllm_kv_cache_gb=0.25, max_prompt_length=16)
-    sampler = vllm_sampler_for(Policy(model, None, folder), "float32", rollout, seed=0, folder=None, longest_response=16)
+    sampler = vllm_sampler_for(Policy(model, None, folder), Precision.from_flags("fp32"), rollout, seed=0, folder=None,
+                               longest_response=16)
     prompt, n = recipe.make_prompts(1, seed=3)[0], 3
     params = SamplingParams(n=n, max_new_tokens=16, seed=5)
 
@@ -242,7 +244,8 @@ def test_vllm_max_num_seqs_caps_the_running_batch_and_every_request_still_comple
 
     model, folder = trained
     rollout = RolloutArgs(sampler="vllm", vllm_max_num_seqs=2, vllm_kv_cache_gb=0.1, max_prompt_length=8)
-    sampler = vllm_sampler_for(Policy(model, None, folder), "float32", rollout, seed=0, folder=None, longest_response=4)
+    sampler = vllm_sampler_for(Policy(model, None, folder), Precision.from_flags("fp32"), rollout, seed=0, folder=None,
+                               longest_response=4)
     assert sampler._llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == 2
     # Six requests through a batch of at most two: the rest wait their turn, none is dropped.
     completions = sampler.generate([[1, 2, 3], [4, 5]], SamplingParams(n=3, max_new_tokens=4, stop_token_ids=(), seed=0))

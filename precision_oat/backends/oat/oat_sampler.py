@@ -17,7 +17,7 @@ import torch
 import vllm
 
 from precision_oat.samplers.sampler import Completion, SamplingParams
-from precision_oat.samplers.vllm_sampler import completions_from, request_params
+from precision_oat.samplers.vllm_requests import completions_from, request_params
 
 
 class OatVLLMSampler:
