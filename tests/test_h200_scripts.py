@@ -98,7 +98,7 @@ ARMS_HEADER = header_settings("experiments/h200/arms.sh")
     ("experiments/h200/arms.sh", 5, {}),
     *[("experiments/h200/arms.sh", len(env["ARMS"].split(";")), env) for env in ARMS_HEADER],
     ("experiments/h200/scale.sh", 14, {"DEADLINE": "9999999999"}),
-    ("experiments/h200/atlas.sh", 3, {"MATH": "math128.jsonl"}),
+    ("experiments/h200/alone.sh", 3, {"PARTS": "atlas-math atlas-counting atlas-invariant"}),
     ("experiments/h200/launcher.sh", 2, {}),
 ])
 def test_every_command_of_the_script_parses(script, expected, env, tmp_path, monkeypatch):

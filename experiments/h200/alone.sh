@@ -9,12 +9,21 @@
 #   lab-pair   the mismatch lab on vLLM × DeepSpeed, on the counting task's own prompts (long answers)
 #   lab-head   the built-in lab (KV-cache sampler × HF trainer) with the fp32-lm_head arm, same prompts
 #   preflight  the fp16 preflight on those prompts, each followed by a 768-token response
+# and, named in PARTS only, the precision atlas (docs/results.md §4f): the lab of vLLM × DeepSpeed over every precision
+# choice (fp8: vLLM's W8A8 linear layers beside a bf16 trainer; bf16; bf16 with an fp32 head; fp16; fp16 with an fp32
+# head; fp32), each engine a tenth of the GPU,
+#   atlas-math       on 128 MATH problems (MATH=<math128.jsonl>, the first 128 rows of data/train/math_1k5 as JSON
+#                    lines: the GPU machine has no `datasets`)
+#   atlas-counting   on 64 counting prompts × 4 samples
+#   atlas-invariant  on the MATH problems, bf16, fp16 and fp32 on vLLM's batch-invariant kernels (a lab run of its own:
+#                    the kernels stay installed for the whole process)
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/alone.sh
 #   RUNS=<results folder> bash experiments/h200/report.sh     (progress, and the results tar)
 # Each part gets at most $PART_LIMIT seconds (default 420); its output lands in $RUNS/NAME.log and $RUNS/NAME/.
-# PARTS names the parts to run (default all five, in the order above), e.g. PARTS="speed lab-pair preflight".
+# PARTS names the parts to run (default the first five, in the order above), e.g. PARTS="speed lab-pair preflight",
+# or PARTS="atlas-math atlas-counting atlas-invariant" MATH=<math128.jsonl> for the atlas.
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
@@ -46,4 +55,13 @@ part lab-head "${lab[@]}" --num-prompts 32 --sampler builtin --trainer hf --micr
   --dtypes bf16 bf16+fp32head fp16 fp32 --output-dir "$RUNS/lab-head"
 part preflight python3 -m precision_oat.mismatch.preflight --model "$HF" --task counting --num-prompts 32 \
   --response-tokens 768 --device cuda --output-dir "$RUNS/preflight"
+
+pair=(python3 -m precision_oat.mismatch --model "$HF" --sampler vllm --trainer deepspeed --device cuda --temperature 1.0
+      --micro-batch-size 16 --vllm-gpu-memory-utilization 0.1 --no-plots)
+atlas=(bf16 bf16+fp32head fp16 fp16+fp32head fp32 fp8)  # fp8 last: a lab run keeps the arms before a failure
+math=(--prompt-data "${MATH:-math128.jsonl}" --prompt-template chat --num-prompts 128 --num-samples 1 --max-new-tokens 512)
+part atlas-math "${pair[@]}" "${math[@]}" --dtypes "${atlas[@]}" --output-dir "$RUNS/atlas-math"
+part atlas-counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 4 --max-new-tokens 768 \
+  --dtypes "${atlas[@]}" --output-dir "$RUNS/atlas-counting"
+part atlas-invariant "${pair[@]}" "${math[@]}" --batch-invariant --dtypes bf16 fp16 fp32 --output-dir "$RUNS/atlas-invariant"
 echo "$(date +%T) done" >> "$RUNS/phases.log"
