@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import statistics
 import time
 from pathlib import Path
@@ -67,16 +66,12 @@ def main(argv=None) -> dict:
     import torch
 
     from precision_oat.models import load_policy, resolve_device
-    from precision_oat.presets import parse_args
     from precision_oat.rl.step import finished
     from precision_oat.samplers import build_sampler, vllm_sampler
     from precision_oat.samplers.sampler import SamplingParams
+    from precision_oat.timing_scripts import figures, script_and_run_args
 
-    parser = command_line()
-    ours, run_flags = parser.parse_known_args(argv)
-    if ours.repeats < 1:
-        parser.error(f"--repeats {ours.repeats}: must be at least 1")
-    args = parse_args([f for f in run_flags if f != "--"])
+    ours, run_flags, args = script_and_run_args(command_line(), argv)
     if args.rollout.sampler != "vllm":
         parser.error("--sampler vllm: these are the vLLM sampler's choices")
     device = resolve_device(args.train.device)
@@ -120,12 +115,7 @@ def main(argv=None) -> dict:
     median = {way: statistics.median(run["tokens_per_s"] for run in runs[way]) for way in WAYS}
     print("median tok/s: " + ", ".join(f"{way} {median[way]:,.0f}" for way in WAYS) + " · the sampler's over "
           + ", ".join(f"{way} {median['sampler'] / median[way]:.2f}x" for way in WAYS if way != "sampler"), flush=True)
-    result = {"settings": {"flags": run_flags, "repeats": ours.repeats, "device": str(device)},
-              "median_tokens_per_s": median, "batches": runs}
-    if ours.output is not None:
-        ours.output.parent.mkdir(parents=True, exist_ok=True)
-        ours.output.write_text(json.dumps(result, indent=2))
-    return result
+    return figures(ours, run_flags, device, median_tokens_per_s=median, batches=runs)
 
 
 if __name__ == "__main__":

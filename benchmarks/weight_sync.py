@@ -24,7 +24,6 @@ Figures printed and written to ``--output`` (JSON).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
@@ -43,16 +42,12 @@ def main(argv=None) -> dict:
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.models import load_policy, resolve_device
     from precision_oat.precision.weight_sync import push_weights
-    from precision_oat.presets import parse_args
     from precision_oat.rl.settings import learner_settings
     from precision_oat.rl.step import finished
     from precision_oat.samplers import build_sampler
+    from precision_oat.timing_scripts import figures, script_and_run_args
 
-    parser = command_line()
-    ours, run_flags = parser.parse_known_args(argv)
-    if ours.repeats < 1:
-        parser.error(f"--repeats {ours.repeats}: must be at least 1")
-    args = parse_args([f for f in run_flags if f != "--"])
+    ours, run_flags, args = script_and_run_args(command_line(), argv)
     device = resolve_device(args.train.device)
     precision = args.precision.build()
     policy = load_policy(args.model)
@@ -79,21 +74,16 @@ def main(argv=None) -> dict:
         times["push"].append(timed(push))
         times["sleep"].append(timed(sampler.sleep))
         times["push_asleep"].append(timed(push))
-    loads_directly = getattr(sampler, "loads_directly", None)
+    weights = getattr(sampler, "weights", None)  # a vLLM sampler's EngineWeights
+    loads_directly = getattr(weights, "loads_directly", None)
     if loads_directly:
-        sampler.loads_directly = False
+        weights.loads_directly = False
         times["push_reload"] = [timed(push) for _ in range(ours.repeats)]
-        sampler.loads_directly = True
-    result = {"settings": {"flags": run_flags, "repeats": ours.repeats, "device": str(device)},
-              "loads_directly": loads_directly}
+        weights.loads_directly = True
     median = {name: statistics.median(values) for name, values in times.items()}
     for name, value in median.items():
         print(f"{name:12s} {value * 1000:8.1f} ms  (median of {ours.repeats})", flush=True)
-    result.update({"median_s": median, "all_s": times})
-    if ours.output is not None:
-        ours.output.parent.mkdir(parents=True, exist_ok=True)
-        ours.output.write_text(json.dumps(result, indent=2))
-    return result
+    return figures(ours, run_flags, device, loads_directly=loads_directly, median_s=median, all_s=times)
 
 
 if __name__ == "__main__":
