@@ -591,7 +591,7 @@ class Args(Checked):
         if self.log.profile_update is not None and self.log.profile_update > t.steps:
             reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps})")
         if self.backend == "oat":
-            _refuse_local_only_flags(self)
+            _refuse_for_oat(self)
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")
@@ -614,8 +614,11 @@ class Args(Checked):
                     )
 
 
-def _refuse_local_only_flags(args: Args) -> None:
-    """The local backend's flags that Oat has no place for, each refused in one line saying what Oat does instead."""
+def _refuse_for_oat(args: Args) -> None:
+    """What ``--backend oat`` cannot do, judged from the flags alone, each refused in one line saying what Oat does
+    instead: the local backend's flags that Oat has no place for, and the precision choices its engines and weight
+    broadcast cannot keep. (What depends on the machine, its GPUs and how Oat lays a batch out over them, is
+    refused where the run is mapped onto Oat's arguments, ``backends/oat/oat_args.py``.)"""
     r, t = args.rollout, args.train
     if args.log.resume:
         raise UserError("--resume works with --backend local only; Oat's runs start afresh")
@@ -647,6 +650,47 @@ def _refuse_local_only_flags(args: Args) -> None:
     if not r.vllm_row_seeds:
         raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
                         "per sample")
+    p = args.precision
+    for flag, chosen in (("--sampler-dtype fp8", p.sampler_dtype == "fp8"), ("--batch-invariant", p.batch_invariant),
+                         ("--lm-head-dtype fp32", p.lm_head_dtype == "fp32")):
+        if chosen:
+            raise UserError(f"{flag} works with --backend local only: Oat builds its own vLLM engines and learner")
+    precision = p.build()
+    if r.sampler == "vllm" and precision.sampler != precision.trainer:
+        raise UserError(
+            "--sampler vllm with --backend oat: Oat broadcasts the trainer's compute weights and its vLLM worker "
+            f"loads only its own dtype, so --sampler-dtype ({precision.sampler}) must equal --trainer-dtype "
+            f"({precision.trainer}); use --sampler builtin with an fp32 trainer for mixed dtypes"
+        )
+    if precision.sampler != precision.trainer and precision.trainer != "fp32":
+        raise UserError(
+            f"--sampler-dtype {precision.sampler} with --trainer-dtype {precision.trainer} and --backend oat: Oat "
+            f"broadcasts the trainer's {precision.trainer} compute weights, not the fp32 masters, so the sampler would "
+            f"hold them rounded twice; use --trainer-dtype fp32, the same dtype on both sides, or --backend local"
+        )
+    _check_oat_vllm_mu(r.sampler, r.temperature, algorithm_spec(args))
+
+
+# Objectives whose weight is π_θ/μ (every correction but "none" weighs by π_old/μ as well).
+OAT_OBJECTIVES_WEIGHTED_BY_MU = ("pg", "token-is")
+
+
+def _check_oat_vllm_mu(sampler: str, temperature: float, spec) -> None:
+    """Refuse a loss weighted by π/μ when Oat's vLLM reports log μ of another distribution.
+
+    vLLM 0.8.4 returns the log-probabilities of the raw logits, before temperature, while the
+    tokens were drawn (and π is scored) at the temperature; the two agree only at temperature 1.
+    Without a weight by μ only the mismatch metrics are off, and Oat's program warns.
+    """
+    if sampler != "vllm" or temperature == 1.0:
+        return
+    if spec.correction == "none" and spec.objective not in OAT_OBJECTIVES_WEIGHTED_BY_MU:
+        return
+    weighted = f"--correction {spec.correction}" if spec.correction != "none" else f"--objective {spec.objective}"
+    raise UserError(
+        f"--temperature {temperature} with --sampler vllm and --backend oat: vLLM 0.8.4 reports log μ before "
+        f"temperature, so the weights π/μ of {weighted} would be wrong; use --temperature 1, or --sampler builtin"
+    )
 
 
 def _check_bypass_mode(args: Args, responses: int) -> None:
@@ -666,7 +710,7 @@ def _check_bypass_mode(args: Args, responses: int) -> None:
 
 def _check_sampler_precision(args: Args) -> None:
     """What the sampler's precision choices need: top-p only where the trainer sees the kept tokens, fp8 and
-    batch-invariant kernels only on vLLM on CUDA, and none of the three where Oat builds its own engines."""
+    batch-invariant kernels only on vLLM on CUDA."""
     p = args.precision
     vllm = args.backend == "oat" or args.rollout.sampler == "vllm"
     where = "--backend oat" if args.backend == "oat" else "--sampler vllm"
@@ -675,12 +719,7 @@ def _check_sampler_precision(args: Args) -> None:
                f"with {where} the trainer cannot score under vLLM's top-p truncation (vLLM does not report the "
                "tokens it kept), so every ratio would be biased; use --top-p 1 or --sampler builtin "
                "(--eval-top-p stays free)")
-    choices = [("--sampler-dtype fp8", p.sampler_dtype == "fp8"), ("--batch-invariant", p.batch_invariant),
-               ("--lm-head-dtype fp32", p.lm_head_dtype == "fp32")]
-    for flag, chosen in choices:
-        if chosen and args.backend == "oat":
-            raise UserError(f"{flag} works with --backend local only: Oat builds its own vLLM engines and learner")
-    for flag, chosen in choices[:2]:
+    for flag, chosen in (("--sampler-dtype fp8", p.sampler_dtype == "fp8"), ("--batch-invariant", p.batch_invariant)):
         if not chosen:
             continue
         if args.rollout.sampler != "vllm":

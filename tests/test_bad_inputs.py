@@ -110,6 +110,13 @@ BAD_INPUTS: list[Bad] = [
     bad("--fp16-preflight-margin", "0"),
     bad(flag="--lm-head-dtype", preset="lm_head_dtype: fp16\n"),
     bad("--backend", "oat", "--lm-head-dtype", "fp32", flag="--lm-head-dtype"),  # Oat builds its own engines
+    # Oat's vLLM loads the trainer's dtype only; Oat broadcasts compute weights, so a bf16 trainer's fp16 sampler would
+    # hold round_fp16(round_bf16(master)).
+    bad("--backend", "oat", "--sampler", "vllm", "--dtype", "bf16", "--sampler-dtype", "fp16", flag="--sampler-dtype"),
+    bad("--backend", "oat", "--dtype", "bf16", "--sampler-dtype", "fp16", flag="--sampler-dtype"),
+    # vLLM 0.8.4 (Oat's) reports log μ before temperature: a loss weighted by π/μ would compare two distributions.
+    bad("--backend", "oat", "--sampler", "vllm", "--temperature", "0.7", "--algo", "grpo-tis", flag="--temperature"),
+    bad("--backend", "oat", "--sampler", "vllm", "--temperature", "0.7", "--algo", "pg", flag="--temperature"),
     bad("--sampler-dtype", "fp8", flag="--sampler-dtype", cli=True),  # FP8 is vLLM's: needs --sampler vllm
     bad("--sampler-dtype", "fp8", "--sampler", "vllm", "--device", "cpu", flag="--sampler-dtype"),  # CUDA only
     bad("--dtype", "fp32", "--sampler-dtype", "fp8", "--sampler", "vllm", flag="--sampler-dtype"),  # rest in fp32?

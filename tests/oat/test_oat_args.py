@@ -2,7 +2,6 @@
 
 import pytest
 
-from precision_oat.errors import UserError
 
 
 def test_cpu_layout_is_one_collocated_actor_learner_pair_with_gloo(oat_args):
@@ -73,24 +72,12 @@ def test_gpu_layouts(oat_args):
     [
         (("--sampler", "vllm", "--dtype", "bf16"), 0, "needs a CUDA GPU"),
         (("--dtype", "fp16"), 0, "DeepSpeed refuses fp16 without a GPU"),
-        (("--sampler", "vllm", "--dtype", "bf16", "--sampler-dtype", "fp16"), 1, "must equal --trainer-dtype"),
-        # Oat broadcasts bf16 compute weights: an fp16 sampler would hold round_fp16(round_bf16(master)).
-        (("--dtype", "bf16", "--sampler-dtype", "fp16"), 0, "not the fp32 masters, so the sampler would hold them"),
-        (("--dtype", "fp16", "--sampler-dtype", "bf16"), 1, "use --trainer-dtype fp32"),
         (("--prompts-per-step", "3", "--dtype", "bf16"), 4, "multiple of the 2 learners"),
     ],
 )
 def test_refusals_name_the_flags(oat_args, flags, cuda_devices, message):
     with pytest.raises(ValueError, match=message):
         oat_args(*flags, cuda_devices=cuda_devices)
-
-
-@pytest.mark.parametrize("algo, weighted", [("grpo-tis", "--correction token-tis"), ("grpo-mis", "--correction seq-mis"),
-                                            ("pg", "--objective pg")])
-def test_vllm_at_another_temperature_refuses_a_loss_weighted_by_mu(oat_args, algo, weighted):
-    # vLLM 0.8.4 reports log μ at temperature 1: the weights π/μ would compare two distributions.
-    with pytest.raises(UserError, match=f"^--temperature 0.7 with --sampler vllm .*of {weighted} would be wrong"):
-        oat_args("--sampler", "vllm", "--dtype", "bf16", "--temperature", "0.7", "--algo", algo, cuda_devices=1)
 
 
 def test_vllm_at_another_temperature_runs_a_loss_without_mu(oat_args):

@@ -30,9 +30,6 @@ from precision_oat.precision.policy import Precision
 # The actor scores with the task, not with one of Oat's oracles; any name Oat does not know works.
 TASK_ORACLE = "precision-oat-task"
 
-# Objectives whose weight is π_θ/μ (every correction but "none" weighs by π_old/μ as well).
-OBJECTIVES_WEIGHTED_BY_MU = ("pg", "token-is")
-
 
 @dataclass
 class PrecisionPPOArgs(PPOArgs):
@@ -48,25 +45,6 @@ class PrecisionPPOArgs(PPOArgs):
     output_dir: str = "runs/oat"
     # The precision-oat arguments these were mapped from (task, data, logging).
     source: Optional[Args] = None
-
-
-def check_vllm_mu(sampler: str, temperature: float, spec: AlgorithmSpec) -> None:
-    """Refuse a loss weighted by π/μ when Oat's vLLM reports log μ of another distribution.
-
-    vLLM 0.8.4 returns the log-probabilities of the raw logits, before temperature, while the
-    tokens were drawn (and π is scored) at the temperature; the two agree only at temperature 1.
-    (Top-p < 1 is refused for the Oat backend already.) Without a weight by μ only the mismatch
-    metrics are off, and the program warns.
-    """
-    if sampler != "vllm" or temperature == 1.0:
-        return
-    if spec.correction == "none" and spec.objective not in OBJECTIVES_WEIGHTED_BY_MU:
-        return
-    weighted = f"--correction {spec.correction}" if spec.correction != "none" else f"--objective {spec.objective}"
-    raise UserError(
-        f"--temperature {temperature} with --sampler vllm and --backend oat: vLLM 0.8.4 reports log μ before "
-        f"temperature, so the weights π/μ of {weighted} would be wrong; use --temperature 1, or --sampler builtin"
-    )
 
 
 def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: int) -> PrecisionPPOArgs:
@@ -88,19 +66,6 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
             raise UserError(
                 "--backend oat on CPU: DeepSpeed refuses fp16 without a GPU; use --trainer-dtype bf16 or fp32"
             )
-    if r.sampler == "vllm" and precision.sampler != precision.trainer:
-        raise UserError(
-            "--sampler vllm with --backend oat: Oat broadcasts the trainer's compute weights and its vLLM worker "
-            f"loads only its own dtype, so --sampler-dtype ({precision.sampler}) must equal --trainer-dtype "
-            f"({precision.trainer}); use --sampler builtin with an fp32 trainer for mixed dtypes"
-        )
-    if precision.sampler != precision.trainer and precision.trainer != "fp32":
-        raise UserError(
-            f"--sampler-dtype {precision.sampler} with --trainer-dtype {precision.trainer} and --backend oat: Oat "
-            f"broadcasts the trainer's {precision.trainer} compute weights, not the fp32 masters, so the sampler would "
-            f"hold them rounded twice; use --trainer-dtype fp32, the same dtype on both sides, or --backend local"
-        )
-    check_vllm_mu(r.sampler, r.temperature, spec)
     gpus = oat.gpus or max(cuda_devices, 1)
     if cuda_devices and gpus > cuda_devices:
         raise UserError(f"--gpus {gpus}: only {cuda_devices} GPUs are visible")
