@@ -3,7 +3,6 @@
 import pytest
 
 
-
 def test_cpu_layout_is_one_collocated_actor_learner_pair_with_gloo(oat_args):
     a = oat_args("--dtype", "bf16", "--sampler", "builtin")
     assert (a.gpus, a.num_gpus_per_actor, a.collocate) == (1, 1, True)
