@@ -242,6 +242,14 @@ class LoraArgs(Checked):
             return ""
         return f" · LoRA rank {self.lora_rank} alpha {self.lora_alpha:g} on {', '.join(self.lora_target_modules)}"
 
+    def contract(self) -> dict[str, str]:
+        """LoRA's part of the precision contract: what is trained and what the sampler gets ({} when LoRA is off)."""
+        if not self.lora_rank:
+            return {}
+        return {"lora": f"rank {self.lora_rank} alpha {self.lora_alpha:g} on {', '.join(self.lora_target_modules)}: "
+                        "the adapters are the trained weights (with their masters), the base stays frozen, and every "
+                        "push merges them into the base in fp32 before the cast to the sampler dtype"}
+
 
 @dataclass
 class TaskArgs(Checked):
@@ -750,6 +758,11 @@ def _check_advantage(spec, num_samples: int) -> None:
             f"--adv-eps {spec.adv_eps}: --advantage {spec.advantage} gives nan when every reward of a group is equal; "
             "use --adv-eps > 0 (the default is 1e-6)"
         )
+
+
+def run_contract(args: Args) -> dict[str, str]:
+    """A run's precision contract: :meth:`~precision_oat.precision.policy.Precision.contract` and LoRA's part."""
+    return {**args.precision.build().contract(), **args.lora.contract()}
 
 
 def algorithm_spec(args: Args):

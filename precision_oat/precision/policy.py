@@ -206,11 +206,6 @@ class Precision:
             contract["kernels"] = "batch-invariant (vLLM's, on both sides)"
         return contract
 
-    def describe_contract(self) -> str:
-        """:meth:`contract` on one line, as the start banner prints it."""
-        labels = {"trainer_compute": "trainer compute", "master_weights": "master weights", "weight_sync": "weight sync"}
-        return " · ".join(f"{labels.get(k, k)} {v}" for k, v in self.contract().items())
-
     # --- renderers ---
 
     def vllm_dtype(self) -> str:
@@ -264,6 +259,12 @@ class Precision:
 
     def describe(self) -> str:
         return "\n".join(f"  {r}" for r in self.reasons) or f"  sampler {self.sampler}, trainer {self.trainer}"
+
+
+def describe_contract(contract: dict[str, str]) -> str:
+    """A run's precision contract (:meth:`Precision.contract`, and LoRA's part) on one line, as the banner prints it."""
+    labels = {"trainer_compute": "trainer compute", "master_weights": "master weights", "weight_sync": "weight sync"}
+    return " · ".join(f"{labels.get(k, k)} {v}" for k, v in contract.items())
 
 
 def _check_loss_scaling(ls: LossScaling) -> None:

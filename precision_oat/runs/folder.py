@@ -9,7 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
-from precision_oat.args import Args
+from precision_oat.args import Args, run_contract
 from precision_oat.errors import UserError
 from precision_oat.presets import to_values
 
@@ -141,13 +141,7 @@ def describe_run(out: Path, found: list[str]) -> str:
 def config_values(out: Path, args: Args) -> dict:
     """The flag values config.json records (``output_dir`` as the folder actually used), and the precision contract."""
     values = to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out)))
-    return {**values, "precision_contract": args.precision.build().contract()}
-
-
-def record_contract(out: Path, contract: dict) -> None:
-    """Put the loaded model's precision contract into config.json (whether its head is tied is known only then)."""
-    path = out / "config.json"
-    write_json(path, {**json.loads(path.read_text()), "precision_contract": contract})
+    return {**values, "precision_contract": run_contract(args)}
 
 
 def write_json(path: Path, value) -> None:

@@ -1,5 +1,6 @@
 """What a run prints: the banner names LoRA, step lines carry an ETA, and wandb adds one line saying where its run is."""
 
+import json
 import re
 
 from precision_oat.backends.local.driver import train
@@ -14,6 +15,12 @@ def test_an_offline_lora_run_prints_its_lora_its_eta_and_one_wandb_line(tmp_path
     printed = capfd.readouterr()
     lines = (printed.out + printed.err).splitlines()
     assert lines[0].endswith(" · device cpu · LoRA rank 4 alpha 8 on q_proj, v_proj")
+    # The contract says what LoRA trains and what the sampler gets, on the console and in config.json.
+    lora = ("lora rank 4 alpha 8 on q_proj, v_proj: the adapters are the trained weights (with their masters), the base "
+            "stays frozen, and every push merges them into the base in fp32 before the cast to the sampler dtype")
+    (contract,) = [line for line in lines if line.startswith("precision contract: ")]
+    assert contract.endswith(" · " + lora)
+    assert json.loads((out / "config.json").read_text())["precision_contract"]["lora"] == lora.removeprefix("lora ")
     steps = [line for line in lines if line.startswith("step ")]
     assert len(steps) == 3
     assert all(re.search(r"  eta \d+s$", line) for line in steps[:2]) and "eta" not in steps[2]
@@ -23,8 +30,8 @@ def test_an_offline_lora_run_prints_its_lora_its_eta_and_one_wandb_line(tmp_path
     assert said == [f"wandb: offline run in {folder} (upload: wandb sync {folder})"]
 
 
-def test_the_banner_says_nothing_of_lora_when_it_is_off():
-    assert make_args().lora.describe() == ""
+def test_the_banner_and_the_contract_say_nothing_of_lora_when_it_is_off():
+    assert make_args().lora.describe() == "" and make_args().lora.contract() == {}
 
 
 def test_a_time_left_is_shown_to_the_unit_that_matters():

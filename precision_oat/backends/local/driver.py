@@ -28,7 +28,7 @@ import torch
 
 from precision_oat import stacks
 from precision_oat.algorithms import PolicyLoss, compose
-from precision_oat.args import Args, PrecisionArgs, RolloutArgs, TrainArgs
+from precision_oat.args import Args, PrecisionArgs, RolloutArgs, TrainArgs, run_contract
 from precision_oat.checks import checks_deferred
 from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
 from precision_oat.distributed.world import World, check_layout, check_same_config, world_from_env
@@ -39,14 +39,14 @@ from precision_oat.learners.learner import compile_layers
 from precision_oat.mismatch.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.precision.batch_invariance import enable_batch_invariance
-from precision_oat.precision.policy import Precision
+from precision_oat.precision.policy import Precision, describe_contract
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.presets import to_values
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.rl.settings import LearnerSettings, learner_settings
 from precision_oat.runs.alarms import parse_alarms
 from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
-from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, record_contract, start_new_run
+from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, start_new_run
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.resume import check_resume, record_resume
@@ -127,9 +127,7 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
         args.lora.describe() +
         f"\nprecision policy:\n{precision.describe()}", flush=True)
 
-    say(f"precision contract: {precision.describe_contract()}", flush=True)
-    if world.is_main and not args.log.resume:
-        record_contract(out, precision.contract())
+    say(f"precision contract: {describe_contract(run_contract(args))}", flush=True)
     if not args.log.resume and world.is_main:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
         responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,

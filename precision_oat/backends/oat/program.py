@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 
 from precision_oat import stacks
-from precision_oat.args import Args
+from precision_oat.args import Args, run_contract
 from precision_oat.backends.oat.console import OAT_LOG, Relay, oat_output_to
 from precision_oat.backends.oat.oat_log import LEARNER_CONSOLE
+from precision_oat.precision.policy import describe_contract
 from precision_oat.runs.folder import output_dir_for, start_new_run, summarize_run, write_json
 from precision_oat.runs.lock import RunLock
 
@@ -98,7 +99,7 @@ def banner(args: Args, oat_args) -> str:
     return (f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
             f"{spec.correction} / {spec.reduction}) · sampler {oat_args.sampler} · {oat_args.gpus} device(s)"
             f"{' collocated' if oat_args.collocate else ''}{args.lora.describe()}\nprecision policy:\n"
-            f"{precision.describe()}\nprecision contract: {precision.describe_contract()}")
+            f"{precision.describe()}\nprecision contract: {describe_contract(run_contract(args))}")
 
 
 def launch(args: Args, out: Path) -> dict:
