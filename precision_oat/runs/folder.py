@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Optional
 
 from precision_oat.args import Args, run_contract
 from precision_oat.errors import UserError
@@ -30,11 +31,12 @@ SUMMARY_KEYS = ["mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std", "mis
 STEP_PARTS = ("sample", "score", "update", "sync", "reward", "save", "log", "other")
 
 
-def output_dir_for(args: Args) -> Path:
-    if args.log.output_dir is not None:
-        return Path(args.log.output_dir)
+def output_dir_for(output_dir: Optional[str], algo: str, dtype: str) -> Path:
+    """``--output-dir``, or a new folder runs/ALGO-DTYPE-TIME."""
+    if output_dir is not None:
+        return Path(output_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{args.algorithm.algo}-{args.precision.dtype}-{stamp}"
+    base = Path("runs") / f"{algo}-{dtype}-{stamp}"
     # Runs started in the same second get their own folders.
     folder, n = base, 1
     while folder.exists():

@@ -73,7 +73,7 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     parse_alarms(args.log.mismatch_alarm)  # a key no step logs is refused before anything is written
     world, device = processes(args.train.device)
     settings = replace(settings, device=device, world=world)  # this process's device (a rank's own GPU) and its place
-    out = world.broadcast(output_dir_for(args))
+    out = world.broadcast(output_dir_for(args.log.output_dir, args.algorithm.algo, args.precision.dtype))
     check_same_config(world, config_values(out, args))
     newest = require_checkpoint(out) if args.log.resume else None
     if newest is not None:

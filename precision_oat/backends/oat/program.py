@@ -86,7 +86,7 @@ def build_program(args: Args, out: Path):
 def run(args: Args) -> dict:
     """Launch the program, wait for it, and return the run's summary (also OUTPUT_DIR/summary.json)."""
     stacks.require("oat")
-    out = output_dir_for(args).resolve()
+    out = output_dir_for(args.log.output_dir, args.algorithm.algo, args.precision.dtype).resolve()
     # One run at a time in a folder; a new run never writes over an old one.
     with RunLock(out):
         start_new_run(out, args)
