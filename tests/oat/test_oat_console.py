@@ -38,7 +38,7 @@ def test_the_console_holds_only_the_local_backends_kinds_of_line(finished):
     (wandb_run,) = (out / "wandb").glob("offline-run-*")
     assert [line for line in lines if line.startswith("wandb")] == [
         f"wandb: offline run in {wandb_run} (upload: wandb sync {wandb_run})"]
-    assert lines[-1].startswith(f"outputs: {out}/")
+    assert lines[-1].startswith(f"outputs: {out}/") and "oat.log" in lines[-1]
 
 
 def test_one_step_line_per_step_as_the_shared_formatter_writes_it(finished):
