@@ -189,11 +189,6 @@ class Precision:
         """True when the sampler or the trainer computes in fp16 (what the fp16 preflight guards)."""
         return "fp16" in (self.sampler, self.trainer)
 
-    @property
-    def sampler_label(self) -> str:
-        """The sampler's precision in one word: its dtype, or fp8 for FP8 linear layers."""
-        return self.sampler_quantization or self.sampler
-
     def contract(self) -> dict[str, str]:
         """What each part computes or is stored in: recorded in config.json and printed at start-up."""
         sides = self.sampler if self.sampler == self.trainer else f"{self.sampler} (sampler) / {self.trainer} (trainer)"
