@@ -157,6 +157,16 @@ class World:
 SINGLE = World()
 
 
+def under_launcher() -> bool:
+    """True in a process that torchrun started, however many: its process group must come from the launcher's store.
+
+    torchrun's agent hosts that store and tells its workers (``TORCHELASTIC_USE_AGENT_STORE``) to connect to it as
+    clients, for any rendezvous, so a process group of their own making (one at a port of their choosing, as vLLM's
+    engine makes one alone) waits for a store that never answers.
+    """
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
 def world_from_env() -> World:
     """The world a launcher (``torchrun``) describes in the environment; one process otherwise."""
     size = int(os.environ.get("WORLD_SIZE", "1"))

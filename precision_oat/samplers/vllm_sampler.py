@@ -55,7 +55,7 @@ Departures from vLLM's defaults:
         token bounds the decode: the sampled tokens' log-probs come back in vLLM's flat lists
         (``flat_logprobs``) rather than a dict per token, and Python's cyclic garbage collector is
         paused while a batch is generated (:func:`~precision_oat.samplers.vllm_process.collector_paused`).
-    13. Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank builds its engine in its own process with
+    13. Under ``torchrun`` (any number of processes, one included) every rank builds its engine in its own process with
         ``distributed_executor_backend="external_launcher"``, on the process group the launcher set up;
         ``tensor_parallel_size`` consecutive ranks form one engine and must send it the same requests
         (:attr:`VLLMSampler.ranks_per_engine`, which the actor reads). vLLM's start-up is collective over
@@ -92,6 +92,7 @@ from typing import Iterable, Optional
 
 import torch
 
+from precision_oat.distributed.world import under_launcher
 from precision_oat.errors import UserError
 from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
@@ -186,7 +187,7 @@ class VLLMSampler:
         engine_kwargs = {}
         # Departure 13: under a launcher every rank holds an engine, and tensor_parallel_size ranks form one.
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if world_size > 1:
+        if world_size > 1 or under_launcher():
             if world_size % tensor_parallel_size:
                 raise ValueError(f"vLLM sampler: tensor_parallel_size {tensor_parallel_size} does not divide the "
                                  f"{world_size} processes")

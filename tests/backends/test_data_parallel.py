@@ -24,8 +24,9 @@ COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--lea
 
 
 def launch(*flags, processes: int = 1, wait: bool = True, timeout: int = 600,
-           entry: tuple[str, ...] = ("-m", "precision_oat.main")):
-    runner = [sys.executable, *entry] if processes == 1 else \
+           entry: tuple[str, ...] = ("-m", "precision_oat.main"), torchrun: bool = False):
+    """The command, plainly when it is one process (unless ``torchrun``), else under torchrun."""
+    runner = [sys.executable, *entry] if processes == 1 and not torchrun else \
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), *entry]
     # Not the rendezvous of a process group this test process may hold (a DeepSpeed learner built in-process).
     inherited = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK",

@@ -56,6 +56,25 @@ def test_two_ranks_with_a_vllm_engine_each_log_what_one_process_logs(tmp_path, e
             # perf/ and time/ are clocks; they cannot be equal.
 
 
+@pytest.mark.slow
+def test_one_process_under_torchrun_builds_its_engine_on_the_launchers_group_and_logs_what_the_plain_command_logs(
+        tmp_path, embedded_policy_dir, one_process):
+    # torchrun's agent makes every rendezvous of its workers a client of its own store, so an engine that made a
+    # process group alone, at a port of its choosing, waited for ever (vLLM 0.26 on an H200); the engine now joins the
+    # launcher's group, as with more processes.
+    done = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "2", "--output-dir", str(tmp_path),
+                  torchrun=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "'distributed_executor_backend': 'external_launcher'" in done.stdout + done.stderr
+    a, b = one_process[False], rows(tmp_path)
+    for x, y in zip(a, b, strict=True):
+        assert set(x) == set(y)
+        for key in x:
+            if key.split("/")[0] in ("reward", "response", "skipped", "loss", "ratio", "mismatch", "train"):
+                # One process either way: the same engine, the same samples; fp32 rounding aside.
+                assert y[key] == pytest.approx(x[key], rel=1e-4, abs=2e-5), key
+
+
 # Rank 1 asks its vLLM for a KV cache layout that the CPU attention backend does not offer; rank 0 starts as usual.
 ONE_RANK_REFUSES = """
 import os, runpy

@@ -31,7 +31,7 @@ from precision_oat.algorithms import PolicyLoss, compose
 from precision_oat.args import Args, PrecisionArgs, RolloutArgs, TrainArgs, run_contract
 from precision_oat.checks import checks_deferred
 from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
-from precision_oat.distributed.world import World, check_layout, check_same_config, world_from_env
+from precision_oat.distributed.world import World, check_layout, check_same_config, under_launcher, world_from_env
 from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_process_group
@@ -275,7 +275,7 @@ def processes(device_flag: str) -> tuple[World, torch.device]:
     """This process's place among the launcher's processes (one without a launcher), and its device (``--device``)."""
     world = world_from_env()
     device = resolve_device(device_flag)
-    if world.size > 1:
+    if world.size > 1 or under_launcher():
         if device.type == "cuda":
             device = torch.device("cuda", world.local_rank)
             torch.cuda.set_device(device)
