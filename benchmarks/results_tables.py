@@ -443,9 +443,30 @@ def peer_table() -> list[str]:
     return text.splitlines()  # the ratios follow the table after a blank line
 
 
+def atlas_table(*relatives: str) -> Callable[[], list[str]]:
+    """§4f: one row per precision choice of the atlas's lab runs (``relatives``, in order; an arm of a
+    batch-invariant run is marked so): the mismatch, the share of tokens with π/μ outside [0.9, 1.1], the sequence
+    log-ratio's slope per 1k tokens, and what the choice costs (the sampler's tokens/s, the trainer's scoring)."""
+    def render() -> list[str]:
+        rows = []
+        for relative in relatives:
+            saved = read_json(relative)
+            invariant = " (batch-invariant)" if saved["settings"].get("batch_invariant") else ""
+            for arm, m in saved["dtypes"].items():
+                rows.append([arm + invariant, sig(m["mismatch/abs_logp_diff_mean"], 3), sig(m["mismatch/k3"], 3),
+                             sig(m["mismatch/seq_kl"], 3), sig(m["mismatch/seq_logratio_slope"] * 1000, 2),
+                             f"{m['mismatch/ratio_out_of_band'] * 100:.2f}%", k(m["sample_tokens_per_s"]),
+                             f"{m['score_s']:.2f} s"])
+        return markdown(["arm", "token mean \\|Δlogp\\|", "k3", "seq KL", "slope of ρ per 1k tokens",
+                         "π/μ outside [0.9, 1.1]", "sampler tok/s", "trainer scoring"], rows)
+    return render
+
+
 LAB = "h200_mismatch_lab.json"
 ROUND7_LAB = "h200_round7/lab-pair/mismatch.json"
 TABLES: dict[str, Callable[[], list[str]]] = {
+    "atlas-math": atlas_table("h200_atlas/math/mismatch.json", "h200_atlas/math-rest/mismatch.json",
+                              "h200_atlas/invariant/mismatch.json"),
     "lab": lambda: lab_table(LAB, [
         ("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean", 3), ("max \\|Δ\\|", "mismatch/abs_logp_diff_max", 2),
         ("std of ρ", "mismatch/seq_logratio_std", 3), ("k3 (per token)", "mismatch/k3", 3),
