@@ -760,9 +760,9 @@ def _check_advantage(spec, num_samples: int) -> None:
         )
 
 
-def run_contract(args: Args) -> dict[str, str]:
+def run_contract(precision: PrecisionArgs, lora: LoraArgs) -> dict[str, str]:
     """A run's precision contract: :meth:`~precision_oat.precision.policy.Precision.contract` and LoRA's part."""
-    return {**args.precision.build().contract(), **args.lora.contract()}
+    return {**precision.build().contract(), **lora.contract()}
 
 
 def algorithm_spec(args: Args):

@@ -127,7 +127,7 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
         args.lora.describe() +
         f"\nprecision policy:\n{precision.describe()}", flush=True)
 
-    say(f"precision contract: {describe_contract(run_contract(args))}", flush=True)
+    say(f"precision contract: {describe_contract(run_contract(args.precision, args.lora))}", flush=True)
     if not args.log.resume and world.is_main:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
         responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,
