@@ -238,17 +238,17 @@ class LoraArgs(Checked):
 
     def describe(self) -> str:
         """The part of a run's banner that names LoRA's rank, alpha and adapted modules ("" when LoRA is off)."""
-        if not self.lora_rank:
-            return ""
-        return f" · LoRA rank {self.lora_rank} alpha {self.lora_alpha:g} on {', '.join(self.lora_target_modules)}"
+        return f" · LoRA {self._shape()}" if self.lora_rank else ""
 
     def contract(self) -> dict[str, str]:
         """LoRA's part of the precision contract: what is trained and what the sampler gets ({} when LoRA is off)."""
         if not self.lora_rank:
             return {}
-        return {"lora": f"rank {self.lora_rank} alpha {self.lora_alpha:g} on {', '.join(self.lora_target_modules)}: "
-                        "the adapters are the trained weights (with their masters), the base stays frozen, and every "
-                        "push merges them into the base in fp32 before the cast to the sampler dtype"}
+        return {"lora": f"{self._shape()}: the adapters are the trained weights (with their masters), the base stays "
+                        "frozen, and every push merges them into the base in fp32 before the cast to the sampler dtype"}
+
+    def _shape(self) -> str:
+        return f"rank {self.lora_rank} alpha {self.lora_alpha:g} on {', '.join(self.lora_target_modules)}"
 
 
 @dataclass

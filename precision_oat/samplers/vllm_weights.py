@@ -60,9 +60,11 @@ class EngineWeights:
         self.loads_directly = not reload_only and self._takes_weights_as_loaded(as_loaded)
         # The weights read back from the engine after a push: all at the first, then a few in turn.
         self.read_back_names = self._held_as_loaded(as_loaded)
-        packed = llm.collective_rpc(lambda worker: dict(getattr(worker.model_runner.get_model(),
-                                                                "packed_modules_mapping", {})))[0]
-        self.fp8_layers = fp8_layers({n: t.dtype for n, t in as_loaded.items()}, packed)
+        dtypes = {n: t.dtype for n, t in as_loaded.items()}
+        # Only an FP8 engine needs to know which checkpoint weights its fused layers hold.
+        packed = {} if torch.float8_e4m3fn not in dtypes.values() else llm.collective_rpc(
+            lambda worker: dict(getattr(worker.model_runner.get_model(), "packed_modules_mapping", {})))[0]
+        self.fp8_layers = fp8_layers(dtypes, packed)
         self._pushes = 0
 
     @torch.no_grad()

@@ -79,3 +79,10 @@ def hf_logprobs(recipe):
         return recipe.rescore(model, [c.prompt_ids for c in completions], [c.response_ids for c in completions], temperature)
 
     return score
+
+
+def mean_abs_delta(model, completions, hf_logprobs) -> float:
+    """Mean |log π − log μ| over the completions' tokens, π from ``hf_logprobs`` of ``model`` (at T = 1)."""
+    pi = torch.cat(hf_logprobs(model, completions))
+    mu = torch.cat([torch.tensor(c.logprobs) for c in completions])
+    return (pi - mu).abs().mean().item()

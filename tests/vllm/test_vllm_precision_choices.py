@@ -11,18 +11,12 @@ from precision_oat.errors import UserError
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.samplers.sampler import SamplingParams
 from precision_oat.samplers.vllm_sampler import VLLMSampler
+from tests.vllm.conftest import mean_abs_delta
 
 pytestmark = pytest.mark.requires_vllm
 
 
-def _mean_abs_delta(trainer, completions, recipe) -> float:
-    pi = torch.cat(recipe.rescore(trainer, [c.prompt_ids for c in completions], [c.response_ids for c in completions],
-                                  1.0))
-    mu = torch.cat([torch.tensor(c.logprobs) for c in completions])
-    return (pi - mu).abs().mean().item()
-
-
-def test_an_fp32_head_engine_samples_what_an_fp32_head_trainer_scores(engine, trained, recipe):
+def test_an_fp32_head_engine_samples_what_an_fp32_head_trainer_scores(engine, trained, recipe, hf_logprobs):
     model, folder = trained
     head = VLLMSampler(str(folder), "bfloat16", seed=0, kv_cache_gb=0.25, head_dtype="float32")
     head.load_weights(model.named_parameters())
@@ -30,7 +24,7 @@ def test_an_fp32_head_engine_samples_what_an_fp32_head_trainer_scores(engine, tr
     prompts = recipe.make_prompts(32, seed=5)
     trainers = {"same": copy.deepcopy(model).to(torch.bfloat16),
                 "fp32": use_fp32_head(copy.deepcopy(model).to(torch.bfloat16))}
-    gaps = {(side, kind): _mean_abs_delta(trainer, sampler.generate(prompts, params), recipe)
+    gaps = {(side, kind): mean_abs_delta(trainer, sampler.generate(prompts, params), hf_logprobs)
             for side, sampler in (("same", engine("bfloat16")), ("fp32", head)) for kind, trainer in trainers.items()}
     # Each engine is nearest the trainer whose head computes as its own does (measured on this model: plain engine
     # 4.2e-3 to the plain trainer, 4.8e-3 to the fp32-head one; the fp32-head engine 3.5e-3 and 4.9e-3).

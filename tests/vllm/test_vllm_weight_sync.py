@@ -12,14 +12,9 @@ import pytest
 import torch
 
 from precision_oat.samplers.sampler import SamplingParams
+from tests.vllm.conftest import mean_abs_delta
 
 pytestmark = pytest.mark.requires_vllm
-
-
-def _mean_abs_delta(model, completions, hf_logprobs) -> float:
-    pi = torch.cat(hf_logprobs(model, completions))
-    mu = torch.cat([torch.tensor(c.logprobs) for c in completions])
-    return (pi - mu).abs().mean().item()
 
 
 def _trained_further(model, recipe, steps: int = 3):
@@ -41,10 +36,10 @@ def test_after_load_weights_fp32_logprobs_match_the_trainer(engine, trained, rec
     params = SamplingParams(n=2, max_new_tokens=32, seed=8)
     prompts = recipe.make_prompts(16, seed=3)
 
-    stale = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+    stale = mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
     # named_parameters, as the learner exports: the tied embedding appears once.
     sampler.load_weights(updated.named_parameters())
-    synced = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+    synced = mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
 
     assert stale > 1e-3, "the update should move the log-probs, or this test cannot fail"
     assert synced < 1e-5
@@ -64,9 +59,9 @@ def test_loading_a_subset_updates_it_and_keeps_the_rest(engine, trained, recipe,
     params = SamplingParams(n=2, max_new_tokens=32, seed=9)
     prompts = recipe.make_prompts(16, seed=4)
 
-    stale = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+    stale = mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
     sampler.load_weights(subset)
-    synced = _mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
+    synced = mean_abs_delta(updated, sampler.generate(prompts, params), hf_logprobs)
 
     assert stale > 1e-3
     assert synced < 1e-5
@@ -101,7 +96,7 @@ def test_bf16_sampler_mismatch_is_several_times_fp16s(engine, trained, recipe, h
     model, _ = trained
     params = SamplingParams(n=1, max_new_tokens=64, seed=21)
     prompts = recipe.make_prompts(32, seed=5)
-    delta = {dtype: _mean_abs_delta(model, engine(dtype).generate(prompts, params), hf_logprobs) for dtype in ("bfloat16", "float16", "float32")}
+    delta = {dtype: mean_abs_delta(model, engine(dtype).generate(prompts, params), hf_logprobs) for dtype in ("bfloat16", "float16", "float32")}
 
     assert delta["float32"] < 1e-5
     assert delta["float16"] > 10 * delta["float32"]
@@ -119,7 +114,7 @@ def test_an_engine_that_re_processes_loaded_weights_keeps_the_reload_and_its_wei
     assert not sampler.loads_directly
     assert "note: vLLM takes each weight push through its in-place reload" in capsys.readouterr().out
     completions = sampler.generate(recipe.make_prompts(16, seed=3), SamplingParams(n=2, max_new_tokens=32, seed=8))
-    assert _mean_abs_delta(model, completions, hf_logprobs) < 1e-5
+    assert mean_abs_delta(model, completions, hf_logprobs) < 1e-5
 
 
 def test_a_tied_checkpoint_that_also_stores_its_head_takes_the_learners_weights(trained, recipe, hf_logprobs, tmp_path):
@@ -142,7 +137,7 @@ def test_a_tied_checkpoint_that_also_stores_its_head_takes_the_learners_weights(
     assert "lm_head.weight" not in dict(updated.named_parameters())
     sampler.load_weights(updated.named_parameters())  # every weight, the tied one once, as a learner exports them
     params = SamplingParams(n=2, max_new_tokens=32, seed=8)
-    assert _mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs) < 1e-5
+    assert mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs) < 1e-5
 
 
 def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(trained, recipe, hf_logprobs, capsys):
@@ -159,7 +154,7 @@ def test_direct_push_loads_the_given_tensors_checks_them_and_drops_the_cpu_copy(
     checked = push_weights(sampler, updated.named_parameters(), Precision.from_flags("fp32"))
 
     params = SamplingParams(n=2, max_new_tokens=32, seed=8)
-    synced = _mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs)
+    synced = mean_abs_delta(updated, sampler.generate(recipe.make_prompts(16, seed=3), params), hf_logprobs)
     assert synced < 1e-5
     assert checked >= 3 and sampler.weights.cpu_copy is None
     assert sampler.weights_for_check() == {}, "the checked casts outlive the push that checked them"
