@@ -3,11 +3,13 @@
 # torchrun --nproc-per-node 1 (docs/scaling.md): the launcher must change neither the numbers nor the cost. Each
 # run alone on the GPU, with the device's memory in use polled every second (peak in <run>.memory).
 #
-#   HF=<SmolLM2 HF folder> RUNS=<results folder> bash experiments/h200/launcher.sh     (STEPS, default 10)
+#   HF=<SmolLM2 HF folder> RUNS=<results folder> bash experiments/h200/launcher.sh
+#   (STEPS, default 10; LIMIT, default 400: seconds a run may take before it is stopped, so a hang ends)
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
 STEPS=${STEPS:-10}
+LIMIT=${LIMIT:-400}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 
@@ -21,7 +23,7 @@ measured() {  # NAME, then the command
   echo "$(date +%T) $name" >> "$RUNS/phases.log"
   (while sleep 1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done) > "$RUNS/$name.memory.log" &
   local poll=$! status=0 start=$SECONDS
-  "$@" --output-dir "$RUNS/$name" > "$RUNS/$name.log" 2>&1 || status=$?
+  timeout --kill-after 20 "$LIMIT" "$@" --output-dir "$RUNS/$name" > "$RUNS/$name.log" 2>&1 || status=$?
   kill "$poll" 2> /dev/null
   echo "$(sort -n "$RUNS/$name.memory.log" | tail -n 1) MiB peak, $((SECONDS - start)) s" > "$RUNS/$name.memory"
   echo "$(date +%T) $name exit $status" >> "$RUNS/phases.log"
