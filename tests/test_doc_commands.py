@@ -30,8 +30,8 @@ TAG = re.compile(r"^<!-- cpu-test:(.*?)-->$")
 # The modules (``python -m``) and scripts (``python PATH``) a tagged command may run: the flag that gives it a fresh
 # output folder, if it writes one, and whether it writes a wandb run.
 MODULES = {"precision_oat.main": {"output_dir": "--output-dir", "wandb": True},
-           "precision_oat.mismatch": {"output_dir": "--output-dir", "wandb": False},
-           "precision_oat.mismatch.preflight": {"output_dir": "--output-dir", "wandb": False},
+           "precision_oat.lab": {"output_dir": "--output-dir", "wandb": False},
+           "precision_oat.lab.preflight": {"output_dir": "--output-dir", "wandb": False},
            "precision_oat.compare": {"output_dir": None, "wandb": False}}
 SCRIPTS = {"experiments/sweep_offline.py": {"output_dir": "--output-root", "wandb": True}}
 # At least this many tagged commands: a tag lost in an edit fails here rather than going untested.

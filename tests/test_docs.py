@@ -151,8 +151,8 @@ def _flags_of(cls: type) -> set[str]:
 
 def _our_flags() -> set[str]:
     from precision_oat.args import Args
-    from precision_oat.mismatch.lab import LabArgs
-    from precision_oat.mismatch.preflight.__main__ import PreflightArgs
+    from precision_oat.lab.lab import LabArgs
+    from precision_oat.lab.preflight.__main__ import PreflightArgs
 
     benchmarks = (load_script("benchmarks/step_time.py").BenchArgs, load_script("benchmarks/scale_ladder.py").LadderArgs,
                   load_script("benchmarks/peer_trl.py").PeerArgs)

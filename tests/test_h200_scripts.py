@@ -39,12 +39,12 @@ def parse(argv: list[str]):
         from precision_oat.presets import parse_args
 
         return parse_args(rest)
-    if program == "precision_oat.mismatch":
-        from precision_oat.mismatch.lab import LabArgs
+    if program == "precision_oat.lab":
+        from precision_oat.lab.lab import LabArgs
 
         return tyro.cli(LabArgs, args=rest)
-    if program == "precision_oat.mismatch.preflight":
-        from precision_oat.mismatch.preflight.__main__ import PreflightArgs
+    if program == "precision_oat.lab.preflight":
+        from precision_oat.lab.preflight.__main__ import PreflightArgs
 
         return tyro.cli(PreflightArgs, args=rest)
     if program == "benchmarks/step_time.py":
@@ -128,7 +128,7 @@ def test_alone_runs_only_the_parts_named(tmp_path):
     (tmp_path / "smolhf").mkdir()
     calls = recorded_calls("experiments/h200/alone.sh", 2, tmp_path, PARTS="speed preflight")
     assert [argv[:2] for argv in calls] == [["benchmarks/step_time.py", "--model"],
-                                             ["-m", "precision_oat.mismatch.preflight"]]
+                                             ["-m", "precision_oat.lab.preflight"]]
     phases = (tmp_path / "runs" / "phases.log").read_text()
     assert "lab-pair" not in phases and "seeds" not in phases
 
@@ -148,7 +148,7 @@ def test_the_vllm_engines_that_share_a_process_in_alone_never_sleep(tmp_path):
         args = parse(argv)
         if argv[0] == "benchmarks/step_time.py":
             settings = [step_time.sampler_settings(args, kind) for kind in args.samplers if kind != "builtin"]
-        elif argv[1] == "precision_oat.mismatch" and args.sampler == "vllm":
+        elif argv[1] == "precision_oat.lab" and args.sampler == "vllm":
             settings = [args.rollout_args(longest_prompt=64)]
         else:
             continue

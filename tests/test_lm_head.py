@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from precision_oat.backends.local.driver import train
-from precision_oat.mismatch.lab import LabArgs, arm_precision, build_trainer, run_lab
+from precision_oat.lab.lab import LabArgs, arm_precision, build_trainer, run_lab
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.policy import Precision
 from precision_oat.precision.weight_sync import push_weights

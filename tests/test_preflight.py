@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.mismatch.preflight import (
+from precision_oat.lab.preflight import (
     FP16_MAX,
     OVERRIDE_FLAG,
     check,
@@ -19,7 +19,7 @@ from precision_oat.mismatch.preflight import (
     run_preflight,
     with_responses,
 )
-from precision_oat.mismatch.preflight.__main__ import cli
+from precision_oat.lab.preflight.__main__ import cli
 from precision_oat.precision.policy import PrecisionError
 from precision_oat.samplers.sampler import SamplingParams
 from tests.conftest import tiny_model
@@ -191,7 +191,7 @@ def test_bad_inputs_raise_user_errors():
 
 def test_cli_prints_the_table_and_writes_preflight_json(embedded_policy_dir, tmp_path):
     # No --model: the embedded policy, read from the cache the fixture filled (PRECISION_OAT_CACHE).
-    run = subprocess.run([sys.executable, "-m", "precision_oat.mismatch.preflight", "--num-prompts", "8",
+    run = subprocess.run([sys.executable, "-m", "precision_oat.lab.preflight", "--num-prompts", "8",
                           "--device", "cpu", "--output-dir", str(tmp_path)], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
@@ -222,7 +222,7 @@ def test_cli_exits_with_one_error_line_when_the_check_fails(embedded_policy_dir,
 
 
 def test_an_overflowing_gradient_is_explained_not_refused():
-    from precision_oat.mismatch.preflight import overflow_note
+    from precision_oat.lab.preflight import overflow_note
 
     note = overflow_note({"overflow": 3, "loss_scale": 65536.0})
     assert "3 gradient values overflow at loss scale 65536" in note

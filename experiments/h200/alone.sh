@@ -42,7 +42,7 @@ part() {  # NAME, then the command
   echo "$(date +%T) $name exit $status" >> "$RUNS/phases.log"
 }
 
-lab=(python3 -m precision_oat.mismatch --model "$HF" --task counting --num-samples 4 --max-new-tokens 768
+lab=(python3 -m precision_oat.lab --model "$HF" --task counting --num-samples 4 --max-new-tokens 768
      --device cuda --no-plots)
 part speed python3 benchmarks/step_time.py --model "$HF" --dtypes fp16 bf16 --learners builtin deepspeed \
   --samplers builtin vllm --batch 128 --prompt-len 64 --response-len 256 --rounds 3 --device cuda \
@@ -53,10 +53,10 @@ part lab-pair "${lab[@]}" --num-prompts 64 --sampler vllm --trainer deepspeed --
   --vllm-gpu-memory-utilization 0.2 --dtypes bf16 fp16 fp32 --output-dir "$RUNS/lab-pair"
 part lab-head "${lab[@]}" --num-prompts 32 --sampler builtin --trainer hf --micro-batch-size 16 \
   --dtypes bf16 bf16+fp32head fp16 fp32 --output-dir "$RUNS/lab-head"
-part preflight python3 -m precision_oat.mismatch.preflight --model "$HF" --task counting --num-prompts 32 \
+part preflight python3 -m precision_oat.lab.preflight --model "$HF" --task counting --num-prompts 32 \
   --response-tokens 768 --device cuda --output-dir "$RUNS/preflight"
 
-pair=(python3 -m precision_oat.mismatch --model "$HF" --sampler vllm --trainer deepspeed --device cuda --temperature 1.0
+pair=(python3 -m precision_oat.lab --model "$HF" --sampler vllm --trainer deepspeed --device cuda --temperature 1.0
       --micro-batch-size 16 --vllm-gpu-memory-utilization 0.1 --no-plots)
 atlas=(bf16 bf16+fp32head fp16 fp16+fp32head fp32 fp8)  # fp8 last: a lab run keeps the arms before a failure
 math=(--prompt-data "${MATH:-math128.jsonl}" --prompt-template chat --num-prompts 128 --num-samples 1 --max-new-tokens 512)

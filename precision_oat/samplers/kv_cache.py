@@ -125,7 +125,7 @@ class KVCacheSampler:
                 raise PrecisionError(
                     f"the sampler's forward in {DTYPE_NAMES[self.dtype]} gave inf/nan logits at response "
                     f"token {t + 1}: its activations overflow that dtype; check the policy with "
-                    "`python -m precision_oat.mismatch.preflight`, or sample in a wider dtype (--sampler-dtype bf16/fp32)"
+                    "`python -m precision_oat.lab.preflight`, or sample in a wider dtype (--sampler-dtype bf16/fp32)"
                 )
             token, logp, keep = sample_next(logits, params.temperature, params.top_p, uniforms[:, t])
             if params.kept_sets and keep is not None:

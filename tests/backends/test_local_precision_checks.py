@@ -16,7 +16,7 @@ from precision_oat.backends.local import driver
 from precision_oat.backends.local.driver import train
 from precision_oat.backends.local.loop import prompts_of_step
 from precision_oat.errors import UserError
-from precision_oat.mismatch.preflight import run_preflight
+from precision_oat.lab.preflight import run_preflight
 from precision_oat.precision.policy import PrecisionError
 from precision_oat.precision.weight_sync import WeightSyncError
 from precision_oat.rl.actor import encode_prompt

@@ -36,7 +36,7 @@ from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_process_group
 from precision_oat.learners.learner import compile_layers
-from precision_oat.mismatch.preflight import before_fp16_run
+from precision_oat.lab.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.precision.batch_invariance import enable_batch_invariance
 from precision_oat.precision.policy import Precision, describe_contract

@@ -218,7 +218,7 @@ def probe_mismatch(policy: Policy, prompt_ids: list[list[int]], train: TrainArgs
     sampler against the HF model's forward, at top-p 1 and the run's temperature (a vLLM engine
     or a DeepSpeed engine per dtype would cost a start each); ``mismatch_probe.json`` says so.
     """
-    from precision_oat.mismatch.lab import PairSettings, bf16_fp16_ratios, measure_pair
+    from precision_oat.lab.lab import PairSettings, bf16_fp16_ratios, measure_pair
 
     max_new_tokens = min(rollout.max_new_tokens, PROBE_MAX_NEW_TOKENS)
     longest = max(len(ids) for ids in prompt_ids) + max_new_tokens

@@ -4,8 +4,8 @@ For each dtype d: the sampler (``--sampler builtin``: our KV-cache decoder on it
 copy; ``--sampler vllm``: an in-process vLLM engine) samples responses in d, the trainer
 (``--trainer hf``: the HF model cast to d; ``--trainer deepspeed``: a DeepSpeed engine built
 from ``Precision.deepspeed_config()``) rescores the same tokens with one full-sequence forward
-per micro-batch in d, and :func:`~precision_oat.mismatch.mismatch_metrics` compares log μ with
-log π. No learner is built: scoring needs only the model.
+per micro-batch in d, and :func:`~precision_oat.precision.mismatch_metrics.mismatch_metrics` compares
+log μ with log π. No learner is built: scoring needs only the model.
 
 The trainer's self-consistency is measured too: the same tokens scored at a second, smaller
 micro-batch size, and by the update path (a forward with the gradient enabled, in training
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from precision_oat.errors import UserError
-from precision_oat.mismatch.prompts import PromptSource, check_prompt_source, load_prompts
+from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score, token_logprobs, trim
 
@@ -282,7 +282,7 @@ def run_lab(args: LabArgs, log=print) -> dict:
     if report["ratios"]:
         log("bf16/fp16: " + "  ".join(f"{k} {v:.1f}x" for k, v in report["ratios"].items()))
     if args.plots:
-        from precision_oat.mismatch.plots import plot_seq_logratio, plot_token_probs
+        from precision_oat.lab.plots import plot_seq_logratio, plot_token_probs
 
         plot_token_probs(histograms, out / "token_probs.png")
         plot_seq_logratio(histograms, results, out / "seq_logratio.png")

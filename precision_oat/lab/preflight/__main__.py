@@ -1,4 +1,4 @@
-"""``python -m precision_oat.mismatch.preflight``: the fp16 preflight of :mod:`precision_oat.mismatch.preflight` on a
+"""``python -m precision_oat.lab.preflight``: the fp16 preflight of :mod:`precision_oat.lab.preflight` on a
 model and prompts given as the mismatch lab takes them; prints the table, writes ``OUTPUT_DIR/preflight.json``."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 from precision_oat.errors import UserError
-from precision_oat.mismatch.preflight import DEFAULT_MARGIN, check, format_report, run_preflight
-from precision_oat.mismatch.prompts import PromptSource, check_prompt_source, load_prompts
+from precision_oat.lab.preflight import DEFAULT_MARGIN, check, format_report, run_preflight
+from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.policy import LossScaling
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
@@ -61,7 +61,7 @@ def preflight_from_args(args: PreflightArgs, log=print) -> dict:
 def cli(argv=None) -> dict:
     import tyro
 
-    args = tyro.cli(PreflightArgs, args=argv, prog="python -m precision_oat.mismatch.preflight")
+    args = tyro.cli(PreflightArgs, args=argv, prog="python -m precision_oat.lab.preflight")
     try:
         report = preflight_from_args(args, log=lambda line: print(line, flush=True))
         check(report, args.margin)

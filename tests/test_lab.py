@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from precision_oat.mismatch.__main__ import cli
-from precision_oat.mismatch.lab import RATIO_KEYS, LabArgs, run_lab
+from precision_oat.lab.__main__ import cli
+from precision_oat.lab.lab import RATIO_KEYS, LabArgs, run_lab
 
 STAT_KEYS = {
     "mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismatch/abs_logp_diff_max",
@@ -66,7 +66,7 @@ def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_
 
 
 def test_task_counting_gives_the_rl_runs_own_long_prompts(byte_model_dir, tmp_path):
-    from precision_oat.mismatch.prompts import load_prompts
+    from precision_oat.lab.prompts import load_prompts
     from precision_oat.tasks.counting import CountingTask
 
     task = CountingTask()

@@ -17,7 +17,7 @@ reports:
 
 :func:`check` turns the report into a verdict: it raises
 :class:`~precision_oat.precision.policy.PrecisionError` when some headroom is below the margin or
-the fp16 forward is not finite. ``python -m precision_oat.mismatch.preflight`` runs all of
+the fp16 forward is not finite. ``python -m precision_oat.lab.preflight`` runs all of
 it on a model and prompts given as the mismatch lab takes them, prints the table and
 writes ``OUTPUT_DIR/preflight.json`` (keys in docs/metrics.md, "fp16 preflight"); that command
 line is this package's ``__main__``.
@@ -73,7 +73,7 @@ RUN_MICRO_BATCH = 8
 MICRO_BATCH_TOKENS = 16384
 # What to lower when the preflight itself runs out of GPU memory.
 PREFLIGHT_MEMORY_FLAGS = (f"lower --logprob-chunk-size, or pass {OVERRIDE_FLAG} (the check is then yours to run on a "
-                          "larger device: python -m precision_oat.mismatch.preflight)")
+                          "larger device: python -m precision_oat.lab.preflight)")
 LOGITS = "logits"
 # Rows of the printed table: modules with the smallest headroom, and parameters with the most underflow.
 TABLE_MODULES = 10
