@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from precision_oat.lab.lab import labelled_arms
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "results.md"
@@ -450,10 +452,8 @@ def atlas_table(*relatives: str) -> Callable[[], list[str]]:
     def render() -> list[str]:
         rows = []
         for relative in relatives:
-            saved = read_json(relative)
-            invariant = " (batch-invariant)" if saved["settings"].get("batch_invariant") else ""
-            for arm, m in saved["dtypes"].items():
-                rows.append([arm + invariant, sig(m["mismatch/abs_logp_diff_mean"], 3), sig(m["mismatch/k3"], 3),
+            for arm, m in labelled_arms(read_json(relative)).items():
+                rows.append([arm, sig(m["mismatch/abs_logp_diff_mean"], 3), sig(m["mismatch/k3"], 3),
                              sig(m["mismatch/seq_kl"], 3), sig(m["mismatch/seq_logratio_slope"] * 1000, 2),
                              f"{m['mismatch/ratio_out_of_band'] * 100:.2f}%", k(m["sample_tokens_per_s"]),
                              f"{m['score_s']:.2f} s"])

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from precision_oat.lab.__main__ import cli
-from precision_oat.lab.lab import RATIO_KEYS, LabArgs, run_lab
+from precision_oat.lab.lab import RATIO_KEYS, LabArgs, labelled_arms, run_lab
+from tests.conftest import REPO
 
 STAT_KEYS = {
     "mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismatch/abs_logp_diff_max",
@@ -26,7 +29,7 @@ def embedded_report(embedded_policy_dir, tmp_path_factory):
     return run_lab(args, log=lambda *_: None), out
 
 
-def test_lab_writes_documented_json_and_both_figures(embedded_report):
+def test_lab_writes_documented_json_and_its_figures(embedded_report):
     report, out = embedded_report
     on_disk = json.loads((out / "mismatch.json").read_text())
     assert on_disk == json.loads(json.dumps(report))
@@ -38,8 +41,24 @@ def test_lab_writes_documented_json_and_both_figures(embedded_report):
         assert stats["response_tokens"] > 0
     assert set(on_disk["ratios"]) == set(RATIO_KEYS)
     assert on_disk["settings"]["num_prompts"] == 16 and on_disk["settings"]["device"] == "cpu"
-    for name in ("token_probs.png", "seq_logratio.png"):
+    for name in ("token_probs.png", "seq_logratio.png", "atlas.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_atlas_names_a_batch_invariant_runs_arms_so_and_joins_several_runs(embedded_report, tmp_path):
+    report, out = embedded_report
+    invariant = {**report, "settings": {**report["settings"], "batch_invariant": True}}
+    assert list(labelled_arms(invariant)) == ["bf16 (batch-invariant)", "fp16 (batch-invariant)",
+                                             "fp32 (batch-invariant)"]
+    (tmp_path / "invariant.json").write_text(json.dumps(invariant))
+    figure = tmp_path / "atlas.png"
+    run = subprocess.run([sys.executable, "benchmarks/atlas_figure.py", str(out / "mismatch.json"),
+                          str(tmp_path / "invariant.json"), "--output", str(figure)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().endswith("bf16, fp16, fp32, bf16 (batch-invariant), fp16 (batch-invariant), "
+                                       "fp32 (batch-invariant)")
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bf16_mismatch_exceeds_fp16_and_fp32_is_near_zero(embedded_report):

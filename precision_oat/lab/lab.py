@@ -276,18 +276,28 @@ def run_lab(args: LabArgs, log=print) -> dict:
         # Rewritten after every arm, so that a run stopped part way keeps the arms it measured.
         report = {"settings": settings, "dtypes": results, "ratios": bf16_fp16_ratios(results)}
         (out / "mismatch.json").write_text(json.dumps(report, indent=2))
-    # The figures' raw data, so they can be redrawn where matplotlib is (mismatch.plots.load_histograms).
+    # The figures' raw data, so they can be redrawn where matplotlib is (lab.plots.load_histograms).
     np.savez_compressed(out / "histograms.npz", **{f"{d}|{k}": np.asarray(v) for d, h in histograms.items()
                                                    for k, v in h.items()})
     if report["ratios"]:
         log("bf16/fp16: " + "  ".join(f"{k} {v:.1f}x" for k, v in report["ratios"].items()))
     if args.plots:
-        from precision_oat.lab.plots import plot_seq_logratio, plot_token_probs
+        from precision_oat.lab.plots import plot_atlas, plot_seq_logratio, plot_token_probs
 
         plot_token_probs(histograms, out / "token_probs.png")
         plot_seq_logratio(histograms, results, out / "seq_logratio.png")
-    log(f"wrote {out / 'mismatch.json'}" + (", token_probs.png, seq_logratio.png" if args.plots else ""))
+        if len(results) > 1:
+            plot_atlas(labelled_arms(report), out / "atlas.png")
+    figures = ", token_probs.png, seq_logratio.png" + (", atlas.png" if len(results) > 1 else "")
+    log(f"wrote {out / 'mismatch.json'}" + (figures if args.plots else ""))
     return report
+
+
+def labelled_arms(report: dict) -> dict[str, dict]:
+    """The arms of a saved lab report by the names tables and figures give them: the arm, marked when the lab ran
+    vLLM's batch-invariant kernels."""
+    invariant = " (batch-invariant)" if report["settings"].get("batch_invariant") else ""
+    return {arm + invariant: metrics for arm, metrics in report["dtypes"].items()}
 
 
 def bf16_fp16_ratios(results: dict[str, dict]) -> dict[str, float]:

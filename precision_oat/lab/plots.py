@@ -3,7 +3,8 @@
 ``token_probs.png``: per dtype, each response token's sampler probability μ against the
 trainer's π (on the diagonal when they agree). ``seq_logratio.png``: per dtype, each
 sequence's log-ratio ρ = log(π/μ) = Σ_t Δ_t against its response length, with the
-least-squares line and the sequence-level KL[μ‖π] estimate.
+least-squares line and the sequence-level KL[μ‖π] estimate. ``atlas.png`` (two arms or more): what
+each precision choice does to the mismatch and what it costs in sampler throughput.
 """
 
 from __future__ import annotations
@@ -60,6 +61,30 @@ def plot_seq_logratio(histograms: dict[str, dict[str, np.ndarray]], metrics: dic
                 bbox=dict(facecolor="white", alpha=0.8, edgecolor="0.8"))
         ax.set(xlabel="response length (tokens)", ylabel="log(π/μ) of the sequence",
                title=f"{dtype}: sequence log-ratio")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_atlas(arms: dict[str, dict], path: Path) -> None:
+    """Two panels over the arms (label → the lab's metrics): the token mean |Δlogp| (log scale) with the share of
+    tokens whose π/μ lies outside [0.9, 1.1] on each bar, and the sampler's tokens/s against that mismatch."""
+    plt, fig, (bars, cost) = _figure(2)
+    labels = list(arms)
+    diff = [arms[a]["mismatch/abs_logp_diff_mean"] for a in labels]
+    speed = [arms[a]["sample_tokens_per_s"] / 1000 for a in labels]
+    colors = [f"C{i}" for i in range(len(labels))]
+    bars.bar(range(len(labels)), diff, color=colors)
+    for i, a in enumerate(labels):
+        bars.text(i, diff[i] * 1.15, f"{arms[a]['mismatch/ratio_out_of_band']:.0%}", ha="center", fontsize=8)
+    bars.set_yscale("log")
+    bars.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
+    bars.set(ylabel="token mean |Δlogp|", title="mismatch (share outside [0.9, 1.1] above)")
+    cost.scatter(diff, speed, color=colors)
+    for i, a in enumerate(labels):
+        cost.annotate(a, (diff[i], speed[i]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    cost.set_xscale("log")
+    cost.set(xlabel="token mean |Δlogp|", ylabel="sampler k tokens/s", title="throughput against mismatch")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
