@@ -169,9 +169,33 @@ def test_arms_runs_then_once_every_arm_has_ended(tmp_path):
     assert (runs / "then-saw").read_text().strip() == "2"
 
 
-def test_the_arms_header_gives_both_stress_pairs_and_the_atlas_pair():
-    assert [env["ARMS"].split(";")[0].split()[0] for env in ARMS_HEADER] == ["pg-fp16-lr5e-5", "pg-fp16-long",
-                                                                              "pg-fp8-tis-long"]
+@pytest.mark.parametrize("name, arms", [
+    ("long-pair", {"pg-fp16-long": ("fp16", "same", "same"), "pg-bf16-long": ("bf16", "same", "same")}),
+    ("atlas-head-fp8", {"pg-bf16-fp32head-long": ("bf16", "same", "fp32"), "grpo-tis-bf16-fp8-long": ("bf16", "fp8", "same")}),
+    ("atlas-masks", {"grpo-icepop-bf16-fp8-long": ("bf16", "fp8", "same"),
+                     "grpo-geo-mask-bf16-fp8-long": ("bf16", "fp8", "same")}),
+    ("gspo", {"gspo-fp16-long": ("fp16", "same", "same"), "gspo-bf16-long": ("bf16", "same", "same")}),
+])
+def test_a_named_set_runs_its_arms_at_the_long_setting_under_names_the_report_reads(name, arms, tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    (tmp_path / "smolhf").mkdir()
+    calls = recorded_calls("experiments/h200/arms.sh", 2, tmp_path, SET=name, EXTRA="--learning-rate 3e-5")
+    report = load_script("experiments/h200/arms_report.py")
+    found = {}
+    for argv in calls:
+        arm, args = argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1], parse(argv)
+        assert report.NAME.fullmatch(arm)["algo"] == args.algorithm.algo
+        assert (args.rollout.max_new_tokens, args.train.learning_rate) == (1280, 3e-5)  # EXTRA over the setting
+        found[arm] = (args.precision.dtype, args.precision.sampler_dtype or "same", args.precision.lm_head_dtype)
+    assert found == arms
+
+
+def test_an_unknown_set_is_named_with_the_known_ones(tmp_path):
+    run = subprocess.run(["bash", "experiments/h200/arms.sh"], cwd=REPO, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "HF": str(tmp_path), "RUNS": str(tmp_path / "runs"), "SET": "fp4"})
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("SET=fp4: unknown set; the sets are long-pair, atlas-head-fp8, atlas-masks, grpo, "
+                                  "grpo-tis, gspo")
 
 
 def test_an_arms_own_flags_come_after_extra(tmp_path):

@@ -6,7 +6,7 @@
 # so the arms share the GPU's compute, not its memory.
 #
 #   ARMS   "NAME ALGO DTYPE SEED [FLAGS…]" entries separated by ";" (default: round 5's five arms); an arm's
-#          own FLAGS come last, over EXTRA's (e.g. "pg-fp8-tis pg bf16 0 --sampler-dtype fp8 --correction tis")
+#          own FLAGS come last, over EXTRA's (e.g. "grpo-tis-bf16-fp8 grpo-tis bf16 0 --sampler-dtype fp8")
 #   STEPS  steps per arm (default 200); EXTRA: flags added to every arm, after (so over) the ones below
 #   THEN   a command to run once every arm has ended, in the background beside them (its output in
 #          $RUNS/then.log), e.g. THEN='PARTS="speed lab-pair" bash experiments/h200/alone.sh'
@@ -14,22 +14,21 @@
 # Three arms side by side took 4.3–4.8 s a step (200 steps in 15–16 minutes, benchmarks/results/h200_round6);
 # five take ~10 s. A GPU window leaves ~25 minutes after the set-up: three arms of 200 steps, or two of ~300.
 #
-# Pairs built to stress bf16, IS-PG (uncapped sequence weights) fp16 against bf16:
-#   a larger learning rate and more steps, at this length (~4 s a step for two arms, so 300 steps fit a window):
-#     ARMS="pg-fp16-lr5e-5 pg fp16 0;pg-bf16-lr5e-5 pg bf16 0" STEPS=300 EXTRA="--learning-rate 5e-5"
-#   answers of ~1,000–1,200 tokens as well (5.3–6.1 s a step for two arms side by side, so ~200 steps a window;
-#   seed 0 in benchmarks/results/h200_round8, seed 1 in h200_round9, each to step ~100–110;
-#   its prompts show a worked count of the same length, ~1,150–1,300 characters, and its evaluation holds
-#   64 × 4 × ~2,600 tokens, ~14 GiB of KV cache; benchmarks/results/h200_round8, whose held-out answers at
-#   T = 0.6 nearly all ran to the limit, hence T = 1 here, the sampling the policy trains on):
-#     ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" STEPS=200 EXTRA="--count-lengths 250 290 \
-#     --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16 --eval-temperature 1"
-#   the precision atlas in training (docs/results.md §4f) at that setting, two arms a window, e.g. FP8 rollouts
-#   corrected by token TIS beside bf16 with an fp32 head:
-#     ARMS="pg-fp8-tis-long pg bf16 0 --sampler-dtype fp8 --correction token-tis --correction-cap 2;pg-bf16-fp32head-long pg bf16 0 \
-#     --lm-head-dtype fp32" STEPS=200 EXTRA="--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 \
-#     --learning-rate 5e-5 --vllm-kv-cache-gb 16 --eval-temperature 1"
-#   then HF=… RUNS=… bash experiments/h200/arms.sh
+# Named sets (SET=NAME in place of ARMS; the setting's flags come before EXTRA's, so EXTRA can override them):
+#   long-pair      IS-PG fp16 against bf16 with answers of ~1,000–1,200 tokens at lr 5e-5 (docs/results.md §4c
+#                  rounds 8–9, where bf16 broke): counts of 250–290 numbers, ≤ 1,280 new tokens, an evaluation of
+#                  64 × 4 × ~2,600 tokens (~14 GiB of KV cache) at T = 1, the sampling the policy trains on;
+#                  5.3–6.1 s a step for two arms side by side, so ~200 steps a window
+#   and, at that setting, the precision atlas in training (§4h), two arms a window:
+#   atlas-head-fp8 IS-PG bf16 with an fp32 head; FP8 rollouts (bf16 trainer) corrected by token TIS (GRPO-TIS)
+#   atlas-masks    FP8 rollouts corrected by IcePop; FP8 rollouts with the geometric sequence mask
+#   grpo           GRPO fp16 against bf16 (the paper's Fig. 1 asks each algorithm whether bf16 breaks)
+#   grpo-tis       GRPO-TIS fp16 against bf16
+#   gspo           GSPO fp16 against bf16
+# A set's arms are named ALGO-TRAINERDTYPE-REST (an FP8 arm's REST starts fp8), as arms_report.py reads them; e.g.
+#   SET=atlas-head-fp8 HF=… RUNS=… bash experiments/h200/arms.sh
+# Other arms go in ARMS, e.g. the stress pair at ~350 tokens (a larger learning rate, ~4 s a step for two arms):
+#   ARMS="pg-fp16-lr5e-5 pg fp16 0;pg-bf16-lr5e-5 pg bf16 0" STEPS=300 EXTRA="--learning-rate 5e-5"
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/arms.sh     (returns once all have started)
@@ -39,6 +38,18 @@ set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
 STEPS=${STEPS:-200}
+LONG="--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16
+      --eval-temperature 1"
+FP8="--sampler-dtype fp8"
+case ${SET:-} in
+  "") ;;
+  long-pair) ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" ;;
+  atlas-head-fp8) ARMS="pg-bf16-fp32head-long pg bf16 0 --lm-head-dtype fp32;grpo-tis-bf16-fp8-long grpo-tis bf16 0 $FP8" ;;
+  atlas-masks) ARMS="grpo-icepop-bf16-fp8-long grpo-icepop bf16 0 $FP8;grpo-geo-mask-bf16-fp8-long grpo-geo-mask bf16 0 $FP8" ;;
+  grpo|grpo-tis|gspo) ARMS="$SET-fp16-long $SET fp16 0;$SET-bf16-long $SET bf16 0" ;;
+  *) echo "SET=$SET: unknown set; the sets are long-pair, atlas-head-fp8, atlas-masks, grpo, grpo-tis, gspo" >&2; exit 2 ;;
+esac
+if [ -n "${SET:-}" ]; then EXTRA="$LONG ${EXTRA:-}"; fi
 ARMS=${ARMS:-"pg-fp16-s0 pg fp16 0;pg-fp16-s1 pg fp16 1;pg-bf16-s0 pg bf16 0;pg-bf16-s1 pg bf16 1;grpo-tis-bf16-s0 grpo-tis bf16 0"}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
