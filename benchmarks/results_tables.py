@@ -462,11 +462,31 @@ def atlas_table(*relatives: str) -> Callable[[], list[str]]:
     return render
 
 
+def launcher_table() -> list[str]:
+    """§4g: the plain command and the same under torchrun: steps 2–10's mean time and its split (step 1 holds the
+    start-up), the peak device memory and the time end to end (NAME.memory), and the step-1 figures."""
+    rows = []
+    for name in ("plain", "torchrun"):
+        folder = RESULTS / "h200_launcher"
+        steps = [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
+        later = steps[1:]
+        peak, wall = re.fullmatch(r"(\d+) MiB peak, (\d+) s", (folder / f"{name}.memory").read_text().strip()).groups()
+        parts = [statistics.mean(r[f"perf/time/{part}"] for r in later) for part in ("sample", "score", "update", "sync")]
+        rows.append([name, f"{(later[-1]['time/elapsed_s'] - steps[0]['time/elapsed_s']) / len(later):.2f} s",
+                     *(f"{t:.2f} s" for t in parts), f"{int(peak) / 1024:.1f} GiB", f"{wall} s",
+                     f"{steps[0]['reward/mean']:.4f}", f"{steps[0]['mismatch/abs_logp_diff_mean']:.4e}",
+                     f"{steps[0]['train/grad_norm']:.7f}"])
+    return markdown(["command", "step (2–10)", "sample", "score", "update", "sync", "peak memory", "end to end",
+                     "step-1 reward", "step-1 token \\|Δlogp\\|", "step-1 gradient norm"], rows)
+
+
 LAB = "h200_mismatch_lab.json"
 ROUND7_LAB = "h200_round7/lab-pair/mismatch.json"
 TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-math": atlas_table("h200_atlas/math/mismatch.json", "h200_atlas/math-rest/mismatch.json",
                               "h200_atlas/invariant/mismatch.json"),
+    "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json"),
+    "launcher": launcher_table,
     "lab": lambda: lab_table(LAB, [
         ("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean", 3), ("max \\|Δ\\|", "mismatch/abs_logp_diff_max", 2),
         ("std of ρ", "mismatch/seq_logratio_std", 3), ("k3 (per token)", "mismatch/k3", 3),

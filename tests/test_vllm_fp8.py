@@ -58,3 +58,15 @@ def test_an_engine_holding_the_quantized_push_passes_and_a_stale_layer_stops_the
     shuffled = dict(zip(names, [pushed[names[0]], pushed[names[2]], pushed[names[1]]]))
     with pytest.raises(WeightSyncError, match="qkv_proj .*codes differ"):
         check_fp8_layers(_engine_holding(shuffled, module, names), pushed, layers, quantize=per_tensor)
+
+
+def test_a_square_layer_is_compared_in_the_layout_vllm_holds_it():
+    # o_proj of SmolLM2 is 576 × 576: its held codes have the shape of the pushed matrix, transposed or not.
+    torch.manual_seed(0)
+    module, name = "model.layers.0.self_attn.o_proj", "model.layers.0.self_attn.o_proj.weight"
+    pushed = {name: torch.randn(16, 16, dtype=torch.bfloat16)}
+    held = _engine_holding(pushed, module, [name])
+    host_copy = {k: v.to("cpu", copy=True) for k, v in held.items()}  # as the read-back takes them off the engine
+    assert check_fp8_layers(host_copy, pushed, {module: [name]}, quantize=per_tensor) == 1
+    with pytest.raises(WeightSyncError, match="o_proj .*codes differ"):
+        check_fp8_layers(held, {name: pushed[name].t().contiguous()}, {module: [name]}, quantize=per_tensor)

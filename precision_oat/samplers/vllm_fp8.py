@@ -63,8 +63,8 @@ def check_fp8_layers(held: dict[str, torch.Tensor], pushed: dict[str, torch.Tens
         codes, scale = quantize(torch.cat([pushed[n] for n in names]))
         got, got_scale = held[f"{module}.weight"], held[f"{module}.weight_scale"]
         codes = codes.to(got.device)
-        if got.shape != codes.shape:
-            codes = codes.t()  # vLLM's kernels keep the codes transposed
+        if _transposed_view(got):
+            codes = codes.t()
         same_codes = got.shape == codes.shape and torch.equal(got.float(), codes.float())
         if not same_codes or not torch.equal(got_scale.float().flatten(), scale.to(got_scale.device).float().flatten()):
             raise WeightSyncError(f"weight sync: vLLM's FP8 layer {module} does not hold the quantization of the "
@@ -72,3 +72,12 @@ def check_fp8_layers(held: dict[str, torch.Tensor], pushed: dict[str, torch.Tens
                                   "skipped or altered its re-quantization")
         compared += 1
     return compared
+
+
+def _transposed_view(held: torch.Tensor) -> bool:
+    """Whether vLLM holds a layer's codes as the transpose of the (out, in) matrix, as its FP8 kernels take them.
+
+    vLLM keeps them as a transposed view (strides (1, out)), which host copies keep; the layout, not the shape, says
+    so, since a square layer (o_proj where heads × head size = hidden size) has the same shape either way.
+    """
+    return held.dim() == 2 and not held.is_contiguous() and held.t().is_contiguous()
