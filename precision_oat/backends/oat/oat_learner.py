@@ -39,6 +39,7 @@ from precision_oat.backends.oat.cpu import install_cpu_shims, learner_device
 from precision_oat.backends.oat.oat_log import OatRunLog
 from precision_oat.backends.oat.prompt_rows import prompt_row
 from precision_oat.backends.oat.strategy import learner_base_hooks
+from precision_oat.errors import UserError
 from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
 from precision_oat.rl.actor import check_prompt_lengths
 from precision_oat.rl.rollout import Rollout
@@ -48,8 +49,10 @@ from precision_oat.rl.step import RLStep
 from precision_oat.tasks import build_task
 from precision_oat.tasks.evaluation import summarize
 
-# Written to the output folder when the learner fails.
+# Written to the output folder when the learner fails: the traceback of a failure, or the one line of a bad input
+# after BAD_INPUT, which the launcher raises again as a UserError.
 LEARNER_ERROR = "learner_error.txt"
+BAD_INPUT = "bad input: "
 
 
 class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
@@ -73,11 +76,12 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
 
     def run(self) -> None:
         """Oat's main loop. On failure the reason goes to OUTPUT_DIR/learner_error.txt and the
-        whole program stops; ``program.run`` raises it (launchpad alone would keep waiting)."""
+        whole program stops; ``program.launch`` raises it (launchpad alone would keep waiting)."""
         try:
             super().run()
-        except BaseException:
-            Path(self.args.output_dir, LEARNER_ERROR).write_text(traceback.format_exc())
+        except BaseException as error:
+            reason = BAD_INPUT + str(error) if isinstance(error, UserError) else traceback.format_exc()
+            Path(self.args.output_dir, LEARNER_ERROR).write_text(reason)
             lp.stop()
             raise
 

@@ -25,6 +25,7 @@ from precision_oat import stacks
 from precision_oat.args import Args, run_contract
 from precision_oat.backends.oat.console import OAT_LOG, Relay, oat_output_to
 from precision_oat.backends.oat.oat_log import LEARNER_CONSOLE
+from precision_oat.errors import UserError
 from precision_oat.precision.policy import describe_contract
 from precision_oat.runs.folder import output_dir_for, start_new_run, summarize_run, write_json
 from precision_oat.runs.lock import RunLock
@@ -110,7 +111,7 @@ def launch(args: Args, out: Path) -> dict:
         # Importing Oat's stack logs already (vLLM, DeepSpeed).
         import launchpad as lp
 
-        from precision_oat.backends.oat.oat_learner import LEARNER_ERROR
+        from precision_oat.backends.oat.oat_learner import BAD_INPUT, LEARNER_ERROR
 
         oat_args, program, resources = build_program(args, out)
         print(banner(args, oat_args), file=console.out)
@@ -133,7 +134,10 @@ def launch(args: Args, out: Path) -> dict:
                 raise
 
         if error.is_file():
-            raise RuntimeError(f"the Oat learner failed:\n{error.read_text()}")
+            reason = error.read_text()
+            if reason.startswith(BAD_INPUT):
+                raise UserError(reason.removeprefix(BAD_INPUT))
+            raise RuntimeError(f"the Oat learner failed:\n{reason}")
         metrics = out / "metrics.jsonl"
         history = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
         if not any("loss/policy" in h for h in history):
