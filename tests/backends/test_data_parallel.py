@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 
 from precision_oat.distributed.world import World, check_layout, check_same_config
 from precision_oat.errors import UserError
+from precision_oat.runs.folder import STEP_PARTS
 
 COMMON = ["--algo", "grpo", "--dtype", "fp32", "--learning-rate", "5e-4", "--learner", "deepspeed", "--zero-stage", "1",
           "--prompts-per-step", "8", "--num-samples", "4", "--max-new-tokens", "4", "--wandb-mode", "disabled",
@@ -41,6 +42,19 @@ def rows(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
+def rank_time_keys(ranks: int) -> set[str]:
+    """The keys a run of ``ranks`` processes logs beside one process's: each rank's time split and the slowest's."""
+    return {f"perf/time_{who}/{part}" for who in [*(f"rank{r}" for r in range(ranks)), "slowest"] for part in STEP_PARTS}
+
+
+def assert_rank_times(row: dict, ranks: int) -> None:
+    """``perf/time/<part>`` is rank 0's own, and the slowest rank's is the longest of the ranks'."""
+    for part in STEP_PARTS:
+        own = [row[f"perf/time_rank{r}/{part}"] for r in range(ranks)]
+        assert row[f"perf/time/{part}"] == own[0] and row[f"perf/time_slowest/{part}"] == max(own), part
+    assert row["perf/time_slowest/update"] > 0
+
+
 def weights(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -58,6 +72,9 @@ def test_two_processes_end_where_one_does_and_resume(tmp_path, embedded_policy_d
         assert done.returncode == 0, done.stdout + done.stderr
     a, b = rows(one), rows(two)
     assert [r["step"] for r in b] == [1, 2, 3]
+    for x, y in zip(a, b):
+        assert set(y) == set(x) | rank_time_keys(2)
+        assert_rank_times(y, 2)
     # The same samples (each response draws from the stream of its place in the whole batch) …
     assert [r["reward/mean"] for r in a] == [r["reward/mean"] for r in b]
     assert a[0]["mismatch/abs_logp_diff_mean"] == b[0]["mismatch/abs_logp_diff_mean"]

@@ -63,6 +63,18 @@ class Run:
     start_step: int
 
 
+def rank_times(world: World, metrics: dict) -> dict[str, float]:
+    """With several processes, each rank's time split (``perf/time_rank<r>/<part>``) and the slowest rank's
+    (``perf/time_slowest/<part>``): a data-parallel step lasts as long as its slowest rank's. ``perf/time/<part>``
+    stays rank 0's own. Nothing with one process."""
+    if world.size == 1:
+        return {}
+    ranks = world.gather({part: metrics[f"perf/time/{part}"] for part in STEP_PARTS})
+    times = {f"perf/time_rank{rank}/{part}": t for rank, split in enumerate(ranks) for part, t in split.items()}
+    times.update({f"perf/time_slowest/{part}": max(split[part] for split in ranks) for part in STEP_PARTS})
+    return times
+
+
 def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: EvalArgs, logging: LogArgs) -> dict:
     """Steps ``run.start_step`` … ``--steps``; return the summary (rank 0; an empty dict elsewhere)."""
     world, actor, learner, log = run.world, run.actor, run.learner, run.log
@@ -125,6 +137,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             metrics["perf/time/log"] = written + now - histograms_start
             metrics["perf/time/other"] = now - step_start - sum(
                 metrics[f"perf/time/{part}"] for part in STEP_PARTS if part != "other")
+            metrics.update(rank_times(world, metrics))
             step_start = now
             if log is not None:
                 log.log(metrics, histograms, total_steps=steps,
