@@ -465,9 +465,8 @@ def atlas_table(*relatives: str) -> Callable[[], list[str]]:
 def launcher_table() -> list[str]:
     """§4g: the plain command and the same under torchrun: steps 2–10's mean time and its split (step 1 holds the
     start-up), the peak device memory and the time end to end (NAME.memory), and the step-1 figures."""
-    rows = []
+    folder, rows = RESULTS / "h200_launcher", []
     for name in ("plain", "torchrun"):
-        folder = RESULTS / "h200_launcher"
         steps = [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
         later = steps[1:]
         peak, wall = re.fullmatch(r"(\d+) MiB peak, (\d+) s", (folder / f"{name}.memory").read_text().strip()).groups()

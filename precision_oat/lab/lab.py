@@ -281,15 +281,17 @@ def run_lab(args: LabArgs, log=print) -> dict:
                                                    for k, v in h.items()})
     if report["ratios"]:
         log("bf16/fp16: " + "  ".join(f"{k} {v:.1f}x" for k, v in report["ratios"].items()))
+    figures = []
     if args.plots:
         from precision_oat.lab.plots import plot_atlas, plot_seq_logratio, plot_token_probs
 
         plot_token_probs(histograms, out / "token_probs.png")
         plot_seq_logratio(histograms, results, out / "seq_logratio.png")
+        figures = ["token_probs.png", "seq_logratio.png"]
         if len(results) > 1:
             plot_atlas(labelled_arms(report), out / "atlas.png")
-    figures = ", token_probs.png, seq_logratio.png" + (", atlas.png" if len(results) > 1 else "")
-    log(f"wrote {out / 'mismatch.json'}" + (figures if args.plots else ""))
+            figures.append("atlas.png")
+    log(", ".join([f"wrote {out / 'mismatch.json'}", *figures]))
     return report
 
 
