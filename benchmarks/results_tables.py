@@ -326,7 +326,8 @@ def grid_table() -> list[str]:
 
 # --- RL arms (§4c) ---
 
-ALGOS = {"pg": "IS-PG", "grpo": "GRPO", "grpo-tis": "GRPO-TIS"}
+ALGOS = {"pg": "IS-PG", "grpo": "GRPO", "grpo-tis": "GRPO-TIS", "grpo-icepop": "GRPO-IcePop",
+         "grpo-geo-mask": "GRPO geometric mask", "gspo": "GSPO"}
 HELD_OUT_STEPS = (50, 100, 150, 200)
 TO_200_STEPS = ("first", "logp", "k3", "seq_kl", "first_last", "held_out_200", "skipped")
 LONG = ("steps", "best", "windows", "weights", "logp", "k3", "seq_kl")
@@ -371,6 +372,8 @@ ARM_COLUMNS: dict[str, tuple[str, Callable[[dict, list[dict], str], str]]] = {
                      lambda s, rows, *_: f"{held_out(s['held_out'], HELD_OUT_STEPS)} ({samples_per_prompt(rows)})"),
     "held_out_100": ("held-out exact count at 50 / 100", lambda s, *_: held_out(s["held_out"], (50, 100))),
     "reward_100": ("held-out reward at 50 / 100", lambda s, *_: held_out(s["held_out_reward"], (50, 100))),
+    "reward_150": ("held-out reward at 50 / 100 / 150",
+                   lambda s, *_: held_out(s["held_out_reward"], (50, 100, 150))),
     "skipped": ("skipped fp16 steps", lambda s, _rows, dtype: f"{s['skipped']:.0f}" if dtype == "fp16" else "–"),
 }
 
@@ -484,7 +487,9 @@ ROUND7_LAB = "h200_round7/lab-pair/mismatch.json"
 TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-math": atlas_table("h200_atlas/math/mismatch.json", "h200_atlas/math-rest/mismatch.json",
                               "h200_atlas/invariant/mismatch.json"),
-    "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json"),
+    "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json", "h200_atlas/invariant-counting/mismatch.json"),
+    "atlas-rl": arms_table(("h200_atlas_rl",), ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last",
+                                                "reward_150")),
     "launcher": launcher_table,
     "lab": lambda: lab_table(LAB, [
         ("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean", 3), ("max \\|Δ\\|", "mismatch/abs_logp_diff_max", 2),

@@ -17,6 +17,7 @@
 #   atlas-counting   on 64 counting prompts × 4 samples
 #   atlas-invariant  on the MATH problems, bf16, fp16 and fp32 on vLLM's batch-invariant kernels (a lab run of its own:
 #                    the kernels stay installed for the whole process)
+#   atlas-invariant-counting  the same on the counting prompts
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/alone.sh
@@ -64,4 +65,6 @@ part atlas-math "${pair[@]}" "${math[@]}" --dtypes "${atlas[@]}" --output-dir "$
 part atlas-counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 4 --max-new-tokens 768 \
   --dtypes "${atlas[@]}" --output-dir "$RUNS/atlas-counting"
 part atlas-invariant "${pair[@]}" "${math[@]}" --batch-invariant --dtypes bf16 fp16 fp32 --output-dir "$RUNS/atlas-invariant"
+part atlas-invariant-counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 4 --max-new-tokens 768 \
+  --batch-invariant --dtypes bf16 fp16 fp32 --output-dir "$RUNS/atlas-invariant-counting"
 echo "$(date +%T) done" >> "$RUNS/phases.log"

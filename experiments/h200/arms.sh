@@ -19,7 +19,8 @@
 #                  rounds 8–9, where bf16 broke): counts of 250–290 numbers, ≤ 1,280 new tokens, an evaluation of
 #                  64 × 4 × ~2,600 tokens (~14 GiB of KV cache) at T = 1, the sampling the policy trains on;
 #                  5.3–6.1 s a step for two arms side by side, so ~200 steps a window
-#   and, at that setting, the precision atlas in training (docs/results.md §4f), two arms a window:
+#   and, at that setting, the precision atlas in training (docs/results.md §4f), two arms a window (three take 8.7 s a
+#   step, too slow for 150 steps in one):
 #   atlas-head-fp8 IS-PG bf16 with an fp32 head; FP8 rollouts (bf16 trainer) corrected by token TIS (GRPO-TIS)
 #   atlas-masks    FP8 rollouts corrected by IcePop; FP8 rollouts with the geometric sequence mask
 #   grpo           GRPO fp16 against bf16 (the paper's Fig. 1 asks each algorithm whether bf16 breaks)
