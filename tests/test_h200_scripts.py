@@ -124,6 +124,64 @@ def test_a_shape_run_builds_its_model_then_runs_the_command_on_it(tmp_path, env,
     assert "wall_s" in (tmp_path / "runs" / "wall.txt").read_text()
 
 
+def test_two_gpus_runs_each_command_on_one_gpu_and_under_torchrun_on_two_with_nothing_else_changed(tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    (tmp_path / "smolhf").mkdir()
+    (tmp_path / "runs" / "shape").mkdir(parents=True)  # the stand-in for shape_folder.py writes no config.json
+    calls = recorded_calls("experiments/h200/two_gpus.sh", 12, tmp_path)
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    by_run = {argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1]: argv for argv in calls if "--output-dir" in argv}
+    assert sorted(by_run) == sorted(["kill", "scaling-one", "scaling-two"] +
+                                    [f"{n}-{z}-{d}" for n in ("one", "two") for z in (1, 3) for d in ("fp16", "bf16")])
+    for one, two in [(f"one-{z}-{d}", f"two-{z}-{d}") for z in (1, 3) for d in ("fp16", "bf16")] + \
+                    [("scaling-one", "scaling-two")]:
+        assert by_run[two][:5] == launcher and by_run[one][:2] == ["-m", "precision_oat.main"]
+        drop_output = lambda argv: argv[:argv.index("--output-dir")] + argv[argv.index("--output-dir") + 2:]
+        assert drop_output(by_run[two][5:]) == drop_output(by_run[one])
+        args = parse(by_run[one])
+        assert (args.rollout.prompts_per_step * args.rollout.num_samples, args.precision.dtype) == (
+            (64, "fp16") if one.startswith("scaling") else (32, one.rsplit("-", 1)[1]))
+    assert parse(by_run["scaling-one"]).rollout.max_new_tokens == 4096
+    assert by_run["kill"][:5] == launcher and parse(by_run["kill"]).log.save_every == 2
+    # The stand-in run ends at once, before any checkpoint: nothing is killed and the part says so.
+    assert "nothing killed" in (tmp_path / "runs" / "kill.txt").read_text()
+
+
+LAUNCHER = """#!/usr/bin/env bash
+# A stand-in for torchrun: two ranks, whose checkpoint appears after a second; rank 0 ends once rank 1 is gone.
+echo "$@" >> "$CALLS/all"
+out=""; prev=""; for a in "$@"; do [ "$prev" = --output-dir ] && out=$a; prev=$a; done
+case " $* " in *" --resume "*) exit 0 ;; esac
+mkdir -p "$out/checkpoints"
+RANK=0 /bin/bash -c 'while /bin/sleep 0.1; do :; done' rank "$out" & zero=$!
+RANK=1 /bin/bash -c 'while /bin/sleep 0.1; do :; done' rank "$out" & one=$!
+/bin/sleep 1
+echo step_2 > "$out/checkpoints/latest"
+while kill -0 $one 2> /dev/null; do /bin/sleep 0.1; done
+echo "error: rank 1 stopped"
+kill $zero
+exit 1
+"""
+
+
+def test_two_gpus_kills_rank_1_once_a_checkpoint_exists_then_resumes_four_steps_past_it(tmp_path):
+    shims, calls = tmp_path / "bin", tmp_path / "calls"
+    shims.mkdir()
+    calls.mkdir()
+    (shims / "python3").write_text(LAUNCHER)
+    (shims / "python3").chmod(0o755)
+    run = subprocess.run(["bash", "experiments/h200/two_gpus.sh"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "CALLS": str(calls),
+                              "HF": str(tmp_path), "RUNS": str(tmp_path / "runs"), "PARTS": "kill"})
+    assert run.returncode == 0, run.stderr
+    report = (tmp_path / "runs" / "kill.txt").read_text().splitlines()
+    assert re.fullmatch(r"rank 1 \(pid \d+\) killed after step_2; rank 0 ended \d+ s later, the launcher \d+ s later "
+                        r"with exit status 1", report[0]), report
+    assert report[1:] == ["error: rank 1 stopped"]
+    started, resumed = (calls / "all").read_text().splitlines()
+    assert resumed == f"{started.replace(' --steps 1000', '')} --resume --steps 6"
+
+
 def test_alone_runs_only_the_parts_named(tmp_path):
     (tmp_path / "smolhf").mkdir()
     calls = recorded_calls("experiments/h200/alone.sh", 2, tmp_path, PARTS="speed preflight")

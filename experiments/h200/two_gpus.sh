@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The paper's pair (vLLM sampler × DeepSpeed) on two H200s of one host, under torchrun (docs/scaling.md), in parts:
+#
+#   agree    SmolLM2 on counting (8 × 4 answers of up to 768 tokens, seed 0, STEPS steps, default 20) for each ZeRO
+#            stage of ZEROS (default "1 3") and dtype of DTYPES (default "fp16 bf16"): the same command on one GPU
+#            (one-<zero>-<dtype>) and under torchrun --nproc-per-node 2 (two-<zero>-<dtype>), whose logged figures
+#            must agree but for rounding. Timing is not this part's subject, so the one-GPU runs go two at a time,
+#            one a GPU, and the two-GPU runs one after the other; NCCL logs its set-up (NCCL_DEBUG=INFO), so the
+#            logs show which transport each collective took.
+#   kill     a two-GPU run (ZeRO-1, fp16, a checkpoint every 2 steps) whose rank 1 is killed (kill -9) once a
+#            checkpoint exists; kill.txt records how long rank 0 and the launcher took to end and their exit
+#            status; the same command with --resume then runs 4 steps past the checkpoint.
+#   scaling  the 1.5B shape (benchmarks/scale_ladder.py's qwen2.5-1.5b, random weights, SmolLM2's tokenizer), 8 × 8
+#            answers of 4,096 tokens, fp16, ZeRO-1, gradient checkpointing, 3 steps: on one GPU, then on two
+#            (scaling-one/, scaling-two/); efficiency = one-GPU step / (2 × two-GPU step).
+#
+# Usage on the nvidia-h200-x2 machine, from $HOME/snap after experiments/h200/install.sh:
+#   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
+#   RUNS=<results folder> bash experiments/h200/report.sh      (progress, and the results tar)
+# Each run gets at most LIMIT seconds (default 400) before it is stopped, so a hang ends; phases.log has every run's
+# start, end and exit status. NVLink multicast stays off (the machine's own setting, kept here for the runs).
+set -uo pipefail
+HF=${HF:?set HF to the SmolLM2 HF folder}
+RUNS=${RUNS:?set RUNS to a results folder}
+PARTS=${PARTS:-"agree kill scaling"}
+STEPS=${STEPS:-20}
+ZEROS=${ZEROS:-"1 3"}
+DTYPES=${DTYPES:-"fp16 bf16"}
+LIMIT=${LIMIT:-400}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
+mkdir -p "$RUNS"
+
+pair=(-m precision_oat.main --task counting --sampler vllm --learner deepspeed --device cuda --wandb-mode disabled
+      --seed 0)
+counting=("${pair[@]}" --model "$HF" --prompts-per-step 8 --num-samples 4 --max-new-tokens 768 --temperature 1.0
+          --learning-rate 2e-5 --micro-batch-size 4 --vllm-gpu-memory-utilization 0.05 --vllm-kv-cache-gb 6
+          --no-vllm-enforce-eager)
+two=(-m torch.distributed.run --standalone --nproc-per-node 2)
+
+logged() {  # NAME, then the command: its console in NAME.log, its start, end and exit status in phases.log
+  local name=$1 status=0; shift
+  echo "$(date +%T) $name" >> "$RUNS/phases.log"
+  timeout --kill-after 20 "$LIMIT" "$@" > "$RUNS/$name.log" 2>&1 < /dev/null || status=$?
+  echo "$(date +%T) $name exit $status" >> "$RUNS/phases.log"
+}
+
+wants() { [[ " $PARTS " == *" $1 "* ]]; }
+
+if wants agree; then
+  gpu=0
+  for zero in $ZEROS; do
+    for dtype in $DTYPES; do
+      CUDA_VISIBLE_DEVICES=$gpu logged "one-$zero-$dtype" python3 "${counting[@]}" --zero-stage "$zero" \
+        --dtype "$dtype" --steps "$STEPS" --output-dir "$RUNS/one-$zero-$dtype" &
+      gpu=$((1 - gpu))
+      [ "$gpu" = 0 ] && wait
+    done
+  done
+  wait
+  for zero in $ZEROS; do
+    for dtype in $DTYPES; do
+      logged "two-$zero-$dtype" python3 "${two[@]}" "${counting[@]}" --zero-stage "$zero" --dtype "$dtype" \
+        --steps "$STEPS" --output-dir "$RUNS/two-$zero-$dtype"
+    done
+  done
+fi
+
+rank_pid() {  # RANK OUTPUT_DIR: the pid of torchrun's worker of that rank writing into OUTPUT_DIR
+  local entry
+  for entry in /proc/[0-9]*; do
+    tr '\0' '\n' < "$entry/cmdline" 2> /dev/null | grep -qxF "$2" || continue
+    tr '\0' '\n' < "$entry/cmdline" 2> /dev/null | grep -qxF torch.distributed.run && continue
+    tr '\0' '\n' < "$entry/environ" 2> /dev/null | grep -qxF "RANK=$1" && { basename "$entry"; return; }
+  done
+}
+
+if wants kill; then
+  out="$RUNS/kill" latest="$RUNS/kill/checkpoints/latest"
+  kill_run=("${two[@]}" "${counting[@]}" --zero-stage 1 --dtype fp16 --save-every 2 --output-dir "$out")
+  echo "$(date +%T) kill" >> "$RUNS/phases.log"
+  python3 "${kill_run[@]}" --steps 1000 > "$RUNS/kill.log" 2>&1 < /dev/null &
+  launcher=$!
+  start=$SECONDS
+  until [ -f "$latest" ] || ! kill -0 "$launcher" 2> /dev/null || [ $((SECONDS - start)) -gt "$LIMIT" ]; do sleep 1; done
+  rank0=$(rank_pid 0 "$out") rank1=$(rank_pid 1 "$out")
+  if [ -f "$latest" ] && [ -n "$rank1" ]; then
+    kill -9 "$rank1"
+    killed=$SECONDS
+    while kill -0 "$rank0" 2> /dev/null && [ $((SECONDS - killed)) -lt 300 ]; do sleep 1; done
+    rank0_s=$((SECONDS - killed))
+    wait "$launcher"
+    status=$?
+    echo "rank 1 (pid $rank1) killed after $(cat "$latest"); rank 0 ended ${rank0_s} s later, the launcher" \
+      "$((SECONDS - killed)) s later with exit status $status" > "$RUNS/kill.txt"
+    grep -h "^error: " "$RUNS/kill.log" >> "$RUNS/kill.txt"
+    resume_steps=$(( $(sed 's/step_//' "$latest") + 4 ))
+    logged kill-resume python3 "${kill_run[@]}" --resume --steps "$resume_steps"
+  else
+    kill -9 "$launcher" 2> /dev/null
+    echo "no checkpoint within $LIMIT s, or no rank 1 found; nothing killed" > "$RUNS/kill.txt"
+  fi
+  echo "$(date +%T) kill done" >> "$RUNS/phases.log"
+fi
+
+if wants scaling; then
+  model="$RUNS/shape"
+  [ -f "$model/config.json" ] ||
+    PYTHONPATH="$HERE:${PYTHONPATH:-}" python3 "$HERE/experiments/h200/shape_folder.py" qwen2.5-1.5b "$HF" "$model" \
+      > "$RUNS/shape.log" 2>&1
+  shape=("${pair[@]}" --model "$model" --zero-stage 1 --dtype fp16 --prompts-per-step 8 --num-samples 8
+         --max-new-tokens 4096 --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8 --steps 3)
+  logged scaling-one python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
+  logged scaling-two python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
+fi
+echo "$(date +%T) done" >> "$RUNS/phases.log"
