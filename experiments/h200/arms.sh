@@ -7,7 +7,7 @@
 #
 #   ARMS   "NAME ALGO DTYPE SEED [FLAGS…]" entries separated by ";" (default: round 5's five arms); an arm's
 #          own FLAGS come last, over EXTRA's (e.g. "grpo-tis-bf16-fp8 grpo-tis bf16 0 --sampler-dtype fp8")
-#   STEPS  steps per arm (default 200); EXTRA: flags added to every arm, after (so over) the ones below
+#   STEPS  steps per arm (default 200; 150 for a named set, what two of its arms finish in a window); EXTRA: flags added to every arm, after (so over) the ones below
 #   THEN   a command to run once every arm has ended, in the background beside them (its output in
 #          $RUNS/then.log), e.g. THEN='PARTS="speed lab-pair" bash experiments/h200/alone.sh'
 #
@@ -18,7 +18,7 @@
 #   long-pair      IS-PG fp16 against bf16 with answers of ~1,000–1,200 tokens at lr 5e-5 (docs/results.md §4c
 #                  rounds 8–9, where bf16 broke): counts of 250–290 numbers, ≤ 1,280 new tokens, an evaluation of
 #                  64 × 4 × ~2,600 tokens (~14 GiB of KV cache) at T = 1, the sampling the policy trains on;
-#                  5.3–6.1 s a step for two arms side by side, so ~200 steps a window
+#                  5.3–6.1 s a step for two arms side by side: 150 steps take ~15 minutes
 #   and, at that setting, the precision atlas in training (docs/results.md §4f), two arms a window (three take 8.7 s a
 #   step, too slow for 150 steps in one):
 #   atlas-head-fp8 IS-PG bf16 with an fp32 head; FP8 rollouts (bf16 trainer) corrected by token TIS (GRPO-TIS)
@@ -38,7 +38,6 @@
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
-STEPS=${STEPS:-200}
 LONG="--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16
       --eval-temperature 1"
 FP8="--sampler-dtype fp8"
@@ -50,7 +49,8 @@ case ${SET:-} in
   grpo|grpo-tis|gspo) ARMS="$SET-fp16-long $SET fp16 0;$SET-bf16-long $SET bf16 0" ;;
   *) echo "SET=$SET: unknown set; the sets are long-pair, atlas-head-fp8, atlas-masks, grpo, grpo-tis, gspo" >&2; exit 2 ;;
 esac
-if [ -n "${SET:-}" ]; then EXTRA="$LONG ${EXTRA:-}"; fi
+if [ -n "${SET:-}" ]; then EXTRA="$LONG ${EXTRA:-}" STEPS=${STEPS:-150}; fi
+STEPS=${STEPS:-200}
 ARMS=${ARMS:-"pg-fp16-s0 pg fp16 0;pg-fp16-s1 pg fp16 1;pg-bf16-s0 pg bf16 0;pg-bf16-s1 pg bf16 1;grpo-tis-bf16-s0 grpo-tis bf16 0"}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
