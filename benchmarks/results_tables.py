@@ -362,7 +362,7 @@ ARM_COLUMNS: dict[str, tuple[str, Callable[[dict, list[dict], str], str]]] = {
     "windows": ("10-step means at 41 / 61 / 91",
                 lambda s, *_: " / ".join(fmt(s["windows"][w], ".2f") for w in (41, 61, 91))),
     "weights": ("per-step mean sequence weight π/μ",
-                lambda s, *_: "–".join(fmt(s["weights"] and s["weights"][i], ".2f") for i in (0, 1))),
+                lambda s, *_: "–".join(f"{w:.2f}" for w in s["weights"]) if s["weights"] else "–"),
     "logp": ("token mean \\|Δlogp\\|", lambda s, *_: f"{s['abs_logp_diff']:.1e}"),
     "k3": ("k3", lambda s, *_: f"{s['k3']:.1e}"),
     "seq_kl": ("seq KL", lambda s, *_: f"{s['seq_kl']:.1e}"),
