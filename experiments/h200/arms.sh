@@ -7,7 +7,8 @@
 #
 #   ARMS   "NAME ALGO DTYPE SEED [FLAGS…]" entries separated by ";" (default: round 5's five arms); an arm's
 #          own FLAGS come last, over EXTRA's (e.g. "grpo-tis-bf16-fp8 grpo-tis bf16 0 --sampler-dtype fp8")
-#   STEPS  steps per arm (default 200; 150 for a named set, what two of its arms finish in a window); EXTRA: flags added to every arm, after (so over) the ones below
+#   STEPS  steps per arm (default 200; 150 for a named set, what two of its arms finish in a window)
+#   EXTRA  flags added to every arm, after (so over) the ones below
 #   THEN   a command to run once every arm has ended, in the background beside them (its output in
 #          $RUNS/then.log), e.g. THEN='PARTS="speed lab-pair" bash experiments/h200/alone.sh'
 #

@@ -17,8 +17,10 @@
 # Usage on the nvidia-h200-x2 machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
 #   RUNS=<results folder> bash experiments/h200/report.sh      (progress, and the results tar)
-# Each run gets at most LIMIT seconds (default 400) before it is stopped, so a hang ends; phases.log has every run's
-# start, end and exit status. NVLink multicast stays off (the machine's own setting, kept here for the runs).
+# From the one-GPU runs' times, agree should take ~15 minutes, kill ~5 and scaling ~8: PARTS spreads them over
+# calls or machines. Each run gets at most LIMIT seconds (default 400) before it is stopped, so a hang ends;
+# phases.log has every run's start, end and exit status. NVLink multicast stays off (the machine's own setting,
+# kept here for the runs).
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
