@@ -124,7 +124,7 @@ def test_a_shape_run_builds_its_model_then_runs_the_command_on_it(tmp_path, env,
     assert "wall_s" in (tmp_path / "runs" / "wall.txt").read_text()
 
 
-def test_two_gpus_runs_each_command_on_one_gpu_and_under_torchrun_on_two_with_nothing_else_changed(tmp_path, monkeypatch):
+def test_two_gpus_runs_each_command_on_one_gpu_and_on_two_under_torchrun_alike(tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     (tmp_path / "smolhf").mkdir()
     (tmp_path / "runs" / "shape").mkdir(parents=True)  # the stand-in for shape_folder.py writes no config.json

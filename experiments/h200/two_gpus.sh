@@ -85,7 +85,9 @@ if wants kill; then
   python3 "${kill_run[@]}" --steps 1000 > "$RUNS/kill.log" 2>&1 < /dev/null &
   launcher=$!
   start=$SECONDS
-  until [ -f "$latest" ] || ! kill -0 "$launcher" 2> /dev/null || [ $((SECONDS - start)) -gt "$LIMIT" ]; do sleep 1; done
+  until [ -f "$latest" ] || ! kill -0 "$launcher" 2> /dev/null || [ $((SECONDS - start)) -gt "$LIMIT" ]; do
+    sleep 1
+  done
   rank0=$(rank_pid 0 "$out") rank1=$(rank_pid 1 "$out")
   if [ -f "$latest" ] && [ -n "$rank1" ]; then
     kill -9 "$rank1"
