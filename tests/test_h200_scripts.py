@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -268,3 +269,30 @@ def test_an_arms_own_flags_come_after_extra(tmp_path):
 def test_a_stale_flag_fails_the_check(tmp_path):
     with pytest.raises(SystemExit):
         parse(["-m", "precision_oat.main", "--vllm-cpu-kv-cache-gb", "2"])
+
+
+def test_two_gpus_report_reads_real_runs_of_one_and_two_processes(tmp_path, embedded_policy_dir, capsys):
+    from tests.backends.test_data_parallel import COMMON, launch
+
+    runs = tmp_path / "runs"
+    flags = ["--model", str(embedded_policy_dir), *COMMON, "--steps", "3"]
+    for name, processes in (("one-1-fp32", 1), ("two-1-fp32", 2)):
+        done = launch(*flags, "--output-dir", str(runs / name), processes=processes)
+        assert done.returncode == 0, done.stdout + done.stderr
+    for one_or_two in ("one", "two"):  # the same runs stand for the scaling part's
+        shutil.copytree(runs / f"{one_or_two}-1-fp32", runs / f"scaling-{one_or_two}")
+
+    assert load_script("experiments/h200/two_gpus_report.py").main([str(runs)]) == 0
+    out = capsys.readouterr().out
+    agree, kill, scaling = out.split("## ")[1:]
+    [row] = [line for line in agree.splitlines() if line.startswith("| 1 | fp32 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    equal, _, compared = cells[3].split()
+    # On CPU two processes sample and score what one does: the same answers at every step, step 1 equal in most figures
+    # (the gradient's sums are taken in another order) and within fp32 rounding in all; gloo, so no NCCL transport.
+    assert cells[2] == "3 / 3" and cells[5] == "–" and cells[8] == "–"
+    assert 0 < int(equal) <= int(compared)
+    assert cells[4] == "0" or float(cells[4].split()[0]) < 1e-4
+    assert kill.strip() == "kill\n\n(not run)"
+    assert re.search(r"^efficiency: \d+\.\d\d \(one-GPU step", scaling, re.M)
+    assert [line.split("|")[1].strip() for line in scaling.splitlines() if re.match(r"\| \d", line)] == ["1", "2"]
