@@ -105,7 +105,7 @@ def scaling_lines(folder: Path) -> list[str]:
     for gpus, rows, prefix in ((1, one, "perf/time"), (2, two, "perf/time_slowest")):
         step, split = step_split(rows, prefix)
         steps.append(step)
-        lines.append(f"| {gpus} | {step:.1f} s | {' | '.join(f'{split[p]:.1f} s' for p in PARTS)} |")
+        lines.append(f"| {gpus} | {step:.2f} s | {' | '.join(f'{split[p]:.2f} s' for p in PARTS)} |")
     return [*lines, "", f"efficiency: {steps[0] / (2 * steps[1]):.2f} (one-GPU step / (2 × two-GPU step))"]
 
 
