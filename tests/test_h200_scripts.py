@@ -296,3 +296,12 @@ def test_two_gpus_report_reads_real_runs_of_one_and_two_processes(tmp_path, embe
     assert kill.strip() == "kill\n\n(not run)"
     assert re.search(r"^efficiency: \d+\.\d\d \(one-GPU step", scaling, re.M)
     assert [line.split("|")[1].strip() for line in scaling.splitlines() if re.match(r"\| \d", line)] == ["1", "2"]
+
+
+def test_two_gpus_report_names_each_transport_nccl_set_up_once(tmp_path):
+    log = tmp_path / "two-1-fp16.log"
+    log.write_text("node:71:90 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+                   "node:72:91 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n"
+                   "node:71:90 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct\n"
+                   "step    1/20  reward 0.041\n")
+    assert load_script("experiments/h200/two_gpus_report.py").transports(log) == "P2P/CUMEM/read, SHM/direct/direct"
