@@ -10,6 +10,7 @@ import sys
 from typing import Optional, Sequence
 
 from precision_oat.args import Args
+from precision_oat.distributed.world import close_process_group
 from precision_oat.errors import UserError
 from precision_oat.presets import parse_args
 
@@ -31,6 +32,7 @@ def cli(argv: Optional[Sequence[str]] = None) -> None:
     except UserError as e:
         # Bad input is reported in one line; anything else is a bug and keeps its traceback.
         sys.exit(f"error: {e}")
+    close_process_group()
 
 
 if __name__ == "__main__":

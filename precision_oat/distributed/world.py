@@ -175,6 +175,21 @@ def world_from_env() -> World:
     return World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def close_process_group() -> None:
+    """Tear a gloo process group down once the run has ended well, while the interpreter is whole.
+
+    Left to the interpreter's exit, gloo's worker threads can still hold tensors whose release then needs the GIL of
+    an interpreter being torn down, and the process aborts (SIGABRT, "terminate called without an active exception"),
+    now and then, after a run that finished. The barrier first lets every rank finish its last exchange. NCCL's
+    groups (CUDA) are left as they were.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def check_layout(world: World, learner: str, prompts_per_step: int, num_samples: int,
                  train_batch_size: Optional[int], eval_sets: dict[str, list]) -> None:
     """Refuse a batch that does not split evenly over the ranks, or a learner that cannot average gradients."""
