@@ -32,8 +32,9 @@ def cli(argv: Optional[Sequence[str]] = None) -> None:
     except UserError as e:
         # Bad input is reported in one line; anything else is a bug and keeps its traceback.
         sys.exit(f"error: {e}")
-    close_process_group()
 
 
 if __name__ == "__main__":
     cli()
+    # Only as the process ends: DeepSpeed keeps the group of a process that goes on (cli() called from Python).
+    close_process_group()

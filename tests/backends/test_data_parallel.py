@@ -427,7 +427,7 @@ def test_a_resume_with_another_number_of_processes_is_refused_naming_the_one_rec
 
 def test_the_command_tears_its_gloo_group_down_once_the_run_has_ended(tmp_path, embedded_policy_dir):
     # Left to the interpreter's exit, gloo's threads now and then abort a process whose run had finished.
-    code = ("import sys, torch.distributed as dist; from precision_oat.main import cli; cli(sys.argv[1:]); "
+    code = ("import runpy, torch.distributed as dist; runpy.run_module('precision_oat.main', run_name='__main__'); "
             "print('process group after the run:', dist.is_initialized())")
     done = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "1", "--output-dir", str(tmp_path / "run"),
                   entry=("-c", code))
