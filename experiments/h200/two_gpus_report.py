@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 from pathlib import Path
 from typing import Optional
 
 from precision_oat.compare.loading import read_rows
+from precision_oat.compare.stats import mean_of, seconds_per_step
 
 PARTS = ("sample", "score", "update", "sync")
 CLOCKS = ("perf/", "time/")
@@ -54,8 +54,8 @@ def transports(log: Path) -> str:
 
 
 def mean(rows: list[dict], key: str) -> str:
-    values = [r[key] for r in rows if key in r]
-    return f"{statistics.mean(values):.3g}" if values else "–"
+    value = mean_of(rows, key)
+    return "–" if value is None else f"{value:.3g}"
 
 
 def agree_table(folder: Path) -> list[str]:
@@ -91,9 +91,7 @@ def kill_lines(folder: Path) -> list[str]:
 
 def step_split(rows: list[dict], prefix: str) -> tuple[float, dict[str, float]]:
     """The mean step over steps 2… and the mean of each part under ``prefix`` (``perf/time`` or ``perf/time_slowest``)."""
-    later = rows[1:]
-    step = (later[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]) / len(later)
-    return step, {part: statistics.mean(r.get(f"{prefix}/{part}", 0.0) for r in later) for part in PARTS}
+    return seconds_per_step(rows), {part: mean_of(rows, f"{prefix}/{part}", slice(1, None)) for part in PARTS}
 
 
 def scaling_lines(folder: Path) -> list[str]:
