@@ -228,6 +228,42 @@ def test_arms_runs_then_once_every_arm_has_ended(tmp_path):
     assert (runs / "then-saw").read_text().strip() == "2"
 
 
+def watched_report(runs, watch: int, tmp_path) -> tuple[float, set[str]]:
+    """report.sh with WATCH=``watch`` on ``runs``: its seconds, and the names in the tar it leaves."""
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    started = time.monotonic()
+    run = subprocess.run(["bash", "experiments/h200/report.sh"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "RUNS": str(runs), "OUT": str(out), "WATCH": str(watch)})
+    assert run.returncode == 0, run.stderr
+    listed = subprocess.run(["tar", "tzf", str(out / "results.tgz")], capture_output=True, text=True, check=True)
+    return time.monotonic() - started, {name.strip("./") for name in listed.stdout.split()}
+
+
+def console(runs, name: str, *lines: str) -> None:
+    runs.mkdir(exist_ok=True)
+    (runs / f"{name}.log").write_text("".join(f"{line}\n" for line in lines))
+
+
+def test_a_watching_report_returns_once_every_stepping_run_is_done(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        console(runs, name, "step    1/2  reward 0.1", "step    2/2  reward 0.2", "done: 2 steps in 3s")
+    console(runs, "then", "a part that logs no steps")
+    seconds, packed = watched_report(runs, 300, tmp_path)
+    assert seconds < 20
+    assert {"a.log", "b.log", "then.log"} <= packed
+
+
+def test_a_watching_report_packs_the_results_while_a_run_still_steps_and_returns_at_its_limit(tmp_path):
+    runs = tmp_path / "runs"
+    console(runs, "a", "step    1/2  reward 0.1", "step    2/2  reward 0.2", "done: 2 steps in 3s")
+    console(runs, "b", "step    1/9  reward 0.1")
+    seconds, packed = watched_report(runs, 3, tmp_path)
+    assert 3 <= seconds < 20
+    assert {"a.log", "b.log"} <= packed
+
+
 @pytest.mark.parametrize("name, arms", [
     ("long-pair", {"pg-fp16-long": ("fp16", "same", "same"), "pg-bf16-long": ("bf16", "same", "same")}),
     ("atlas-head-fp8", {"pg-bf16-fp32head-long": ("bf16", "same", "fp32"), "grpo-tis-bf16-fp8-long": ("bf16", "fp8", "same")}),

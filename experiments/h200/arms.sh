@@ -34,7 +34,7 @@
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/arms.sh     (returns once all have started)
-#   RUNS=<results folder> bash experiments/h200/report.sh                    (progress, and the results tar)
+#   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh          (waits ≤ 540 s; progress, and the results tar)
 #   python experiments/h200/arms_report.py <results folder> --figures <prefix> (table and figures, here)
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}

@@ -1,8 +1,32 @@
 #!/usr/bin/env bash
 # Progress of the runs under $RUNS (experiments/h200/scale.sh or arms.sh), and a tar of their results into $OUT.
 #   RUNS=<results folder> bash experiments/h200/report.sh
+#   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh
+# WATCH=S renews the tar every 30 s for up to S seconds, ending early once every run that logs steps has printed
+# its `done:` line: a call that the device machine cuts short (its time limit, the session's device time) still
+# brings back the results of the last 30 s, and one call can wait out the runs without a gap long enough for the
+# idle machine to be given back.
 RUNS=${RUNS:?set RUNS to the results folder}
 cd "$RUNS" 2>/dev/null || { echo "no $RUNS yet"; exit 0; }
+
+pack() {
+  tar czf "$OUT/results.tgz" --exclude=checkpoints --exclude="*.safetensors" --exclude=models ./*.log ./*.json ./*/ \
+    2>/dev/null
+}
+all_done() {  # every console with a step line has its done: line too
+  local stepping finished
+  stepping=$(grep -l -E '^step ' ./*.log 2>/dev/null | wc -l)
+  finished=$(grep -l -E '^done:' ./*.log 2>/dev/null | wc -l)
+  [ "$stepping" -gt 0 ] && [ "$finished" -ge "$stepping" ]
+}
+
+end=$((SECONDS + ${WATCH:-0}))
+while [ "$SECONDS" -lt "$end" ] && ! all_done; do
+  pack
+  left=$((end - SECONDS))
+  sleep $((left < 30 ? left : 30))
+done
+
 cat phases.log 2>/dev/null
 for f in ./*.log; do
   case $f in ./phases.log|./ladder*) continue ;; esac
@@ -12,5 +36,5 @@ done
 grep -h " × " ladder*.log 2>/dev/null
 grep -h -E "Error|error:|Traceback" ./*.log 2>/dev/null | tail -n 5
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
-tar czf "$OUT/results.tgz" --exclude=checkpoints --exclude="*.safetensors" --exclude=models ./*.log ./*.json ./*/ 2>/dev/null
+pack
 ls -la "$OUT"
