@@ -3,6 +3,8 @@ weights and the held-out reward column."""
 
 import json
 
+import pytest
+
 from tests.conftest import load_script
 
 report = load_script("experiments/h200/arms_report.py")
@@ -36,3 +38,10 @@ def test_the_held_out_reward_gets_a_column_once_an_arm_logs_it(tmp_path):
     # Arms that never logged it keep the old table.
     (tmp_path / "pg-fp16-s0" / "metrics.jsonl").unlink()
     assert "held-out reward" not in report.table(report.load_arms([tmp_path]))[0]
+
+
+def test_two_folders_holding_an_arm_of_the_same_name_are_refused_by_name(tmp_path):
+    write_arm(tmp_path / "first" / "pg-bf16-s0", [0.5] * 12, [])
+    write_arm(tmp_path / "second" / "pg-bf16-s0", [0.1] * 12, [])
+    with pytest.raises(SystemExit, match="both hold an arm named pg-bf16-s0; rename one of them"):
+        report.load_arms([tmp_path / "first", tmp_path / "second"])

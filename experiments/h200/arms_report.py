@@ -44,9 +44,13 @@ WINDOW_STARTS = (1, 21, 41, 61, 91, 141, 191, 241, 291)
 
 def load_arms(folders: list[Path]) -> dict[str, list[dict]]:
     """NAME → the arm's training rows (with a reward) and evaluation rows, in step order; sorted by NAME."""
-    arms = {}
+    arms, where = {}, {}
     for folder in folders:
         for name, path in metrics_files(folder).items():
+            if name in where:
+                raise SystemExit(f"arms_report: {where[name]} and {folder} both hold an arm named {name}; "
+                                 "rename one of them (NAME = ALGO-DTYPE-REST, e.g. a suffix to REST)")
+            where[name] = folder
             rows = read_rows(path)
             if sum("reward/mean" in r for r in rows) >= 10:
                 arms[name] = rows

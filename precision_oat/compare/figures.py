@@ -14,10 +14,12 @@ from precision_oat.compare.loading import Group
 from precision_oat.compare.stats import WINDOW
 from precision_oat.errors import UserError
 
-STYLES = {"pg": "-", "grpo": "--", "grpo-tis": ":"}
-SHADES = {"fp16": ("#d95f02", "#fdae6b", "#a63603"), "bf16": ("#1f5fa8", "#7fb2e5", "#08306b"),
-          "fp32": ("#2ca02c", "#98df8a", "#00441b")}
-OTHER_SHADES = ("#6a3d9a", "#cab2d6", "#3f007d")
+STYLES = {"pg": "-", "grpo": "--", "grpo-tis": ":", "gspo": "-.", "grpo-icepop": (0, (5, 1, 1, 1, 1, 1)),
+          "grpo-geo-mask": (0, (2, 1))}
+SHADES = {"fp16": ("#d95f02", "#fdae6b", "#a63603", "#e6ab02", "#7f2704"),
+          "bf16": ("#1f5fa8", "#7fb2e5", "#08306b", "#17a2b8", "#5e60ce"),
+          "fp32": ("#2ca02c", "#98df8a", "#00441b", "#66a61e", "#1b7837")}
+OTHER_SHADES = ("#6a3d9a", "#cab2d6", "#3f007d", "#e7298a", "#984ea3")
 MISMATCH = [("mismatch/abs_logp_diff_mean", "token mean |Δlogp|"), ("mismatch/seq_kl", "sequence KL[μ‖π]")]
 
 
@@ -54,7 +56,7 @@ def looks(groups: list[Group]) -> list[tuple[str, str, str]]:
         seeds = f", seeds {', '.join(map(str, group.seeds))}" if len(group.runs) > 1 else ""
         steps = sorted({r.train[-1]["step"] for r in group.runs})
         span = str(steps[0]) if len(steps) == 1 else f"{steps[0]}–{steps[-1]}"
-        out.append((STYLES.get(first.algo, "-."), shade, f"{group.label} ({span} steps{seeds})"))
+        out.append((STYLES.get(first.algo, (0, (3, 2))), shade, f"{group.label} ({span} steps{seeds})"))
     return out
 
 
@@ -79,8 +81,8 @@ def draw(groups: list[Group], prefix: Path, title: str = "", smooth: int = WINDO
         for group, (style, color, label) in zip(groups, styles):
             steps, average, low, high = curve(group, key, smooth)
             # A short curve gets its points marked: a one-step run is a point, not a line.
-            ax.plot(steps, average, style, color=color, lw=1.4, label=label, marker="o" if len(steps) < 10 else None,
-                    markersize=3)
+            ax.plot(steps, average, linestyle=style, color=color, lw=1.4, label=label,
+                    marker="o" if len(steps) < 10 else None, markersize=3)
             if len(group.runs) > 1:
                 ax.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
             drawn += low + high
