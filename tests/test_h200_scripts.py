@@ -286,6 +286,18 @@ def test_a_named_set_runs_its_arms_at_the_long_setting_under_names_the_report_re
     assert found == arms
 
 
+def test_a_named_set_runs_at_the_seed_asked_under_names_that_group_its_seeds(tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    (tmp_path / "smolhf").mkdir()
+    calls = recorded_calls("experiments/h200/arms.sh", 2, tmp_path, SET="grpo-tis", SEED="1")
+    from precision_oat.compare.loading import config_from_name
+
+    found = {argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1]: parse(argv).train.seed for argv in calls}
+    assert found == {"grpo-tis-fp16-long-s1": 1, "grpo-tis-bf16-long-s1": 1}
+    # The seed-1 arm and the seed-0 one ("grpo-tis-bf16-long") name one experiment.
+    assert config_from_name("grpo-tis-bf16-long-s1") == {**config_from_name("grpo-tis-bf16-long"), "seed": 1}
+
+
 def test_an_unknown_set_is_named_with_the_known_ones(tmp_path):
     run = subprocess.run(["bash", "experiments/h200/arms.sh"], cwd=REPO, capture_output=True, text=True, timeout=30,
                          env={**os.environ, "HF": str(tmp_path), "RUNS": str(tmp_path / "runs"), "SET": "fp4"})

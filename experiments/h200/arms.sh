@@ -19,7 +19,7 @@
 #   long-pair      IS-PG fp16 against bf16 with answers of ~1,000–1,200 tokens at lr 5e-5 (docs/results.md §4c
 #                  rounds 8–9, where bf16 broke): counts of 250–290 numbers, ≤ 1,280 new tokens, an evaluation of
 #                  64 × 4 × ~2,600 tokens (~14 GiB of KV cache) at T = 1, the sampling the policy trains on;
-#                  5.3–6.1 s a step for two arms side by side: 150 steps take ~15 minutes
+#                  5.3–6.1 s a step for two arms side by side: 150 steps take ~15 minutes (one arm alone: 3.5 s a step)
 #   and, at that setting, the precision atlas in training (docs/results.md §4f), two arms a window (three take 8.7 s a
 #   step, too slow for 150 steps in one):
 #   atlas-head-fp8 IS-PG bf16 with an fp32 head; FP8 rollouts (bf16 trainer) corrected by token TIS (GRPO-TIS)
@@ -27,8 +27,10 @@
 #   grpo           GRPO fp16 against bf16 (the paper's Fig. 1 asks each algorithm whether bf16 breaks)
 #   grpo-tis       GRPO-TIS fp16 against bf16
 #   gspo           GSPO fp16 against bf16
-# A set's arms are named ALGO-TRAINERDTYPE-REST (an FP8 arm's REST starts fp8), as arms_report.py reads them; e.g.
+# A set's arms are named ALGO-TRAINERDTYPE-REST (an FP8 arm's REST starts fp8), as arms_report.py reads them; SEED=N
+# (default 0) runs them at seed N, named …-long-sN, so that the figures draw a set's seeds as one curve and range; e.g.
 #   SET=atlas-head-fp8 HF=… RUNS=… bash experiments/h200/arms.sh
+#   SET=grpo-tis SEED=1 HF=… RUNS=… bash experiments/h200/arms.sh
 # Other arms go in ARMS, e.g. the stress pair at ~350 tokens (a larger learning rate, ~4 s a step for two arms):
 #   ARMS="pg-fp16-lr5e-5 pg fp16 0;pg-bf16-lr5e-5 pg bf16 0" STEPS=300 EXTRA="--learning-rate 5e-5"
 #
@@ -42,12 +44,14 @@ RUNS=${RUNS:?set RUNS to a results folder}
 LONG="--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16
       --eval-temperature 1"
 FP8="--sampler-dtype fp8"
+S=${SEED:-0}
+L=long$([ "$S" = 0 ] || echo "-s$S")  # a set's arms end -long at seed 0, -long-sN at seed N (one curve per arm)
 case ${SET:-} in
   "") ;;
-  long-pair) ARMS="pg-fp16-long pg fp16 0;pg-bf16-long pg bf16 0" ;;
-  atlas-head-fp8) ARMS="pg-bf16-fp32head-long pg bf16 0 --lm-head-dtype fp32;grpo-tis-bf16-fp8-long grpo-tis bf16 0 $FP8" ;;
-  atlas-masks) ARMS="grpo-icepop-bf16-fp8-long grpo-icepop bf16 0 $FP8;grpo-geo-mask-bf16-fp8-long grpo-geo-mask bf16 0 $FP8" ;;
-  grpo|grpo-tis|gspo) ARMS="$SET-fp16-long $SET fp16 0;$SET-bf16-long $SET bf16 0" ;;
+  long-pair) ARMS="pg-fp16-$L pg fp16 $S;pg-bf16-$L pg bf16 $S" ;;
+  atlas-head-fp8) ARMS="pg-bf16-fp32head-$L pg bf16 $S --lm-head-dtype fp32;grpo-tis-bf16-fp8-$L grpo-tis bf16 $S $FP8" ;;
+  atlas-masks) ARMS="grpo-icepop-bf16-fp8-$L grpo-icepop bf16 $S $FP8;grpo-geo-mask-bf16-fp8-$L grpo-geo-mask bf16 $S $FP8" ;;
+  grpo|grpo-tis|gspo) ARMS="$SET-fp16-$L $SET fp16 $S;$SET-bf16-$L $SET bf16 $S" ;;
   *) echo "SET=$SET: unknown set; the sets are long-pair, atlas-head-fp8, atlas-masks, grpo, grpo-tis, gspo" >&2; exit 2 ;;
 esac
 if [ -n "${SET:-}" ]; then EXTRA="$LONG ${EXTRA:-}" STEPS=${STEPS:-150}; fi
