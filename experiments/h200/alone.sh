@@ -21,7 +21,7 @@
 #
 # Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/alone.sh
-#   RUNS=<results folder> bash experiments/h200/report.sh     (progress, and the results tar)
+#   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh  (progress, and the results tar)
 # Each part gets at most $PART_LIMIT seconds (default 420); its output lands in $RUNS/NAME.log and $RUNS/NAME/.
 # PARTS names the parts to run (default the first five, in the order above), e.g. PARTS="speed lab-pair preflight",
 # or PARTS="atlas-math atlas-counting atlas-invariant" MATH=<math128.jsonl> for the atlas.

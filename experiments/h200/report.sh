@@ -5,7 +5,8 @@
 # WATCH=S renews the tar every 30 s for up to S seconds, ending early once every run that logs steps has printed
 # its `done:` line: a call that the device machine cuts short (its time limit, the session's device time) still
 # brings back the results of the last 30 s, and one call can wait out the runs without a gap long enough for the
-# idle machine to be given back.
+# idle machine to be given back. Under a script that runs its parts one after another (alone.sh, two_gpus.sh) the
+# watch can also end in the moment between two parts; the next call watches on.
 RUNS=${RUNS:?set RUNS to the results folder}
 cd "$RUNS" 2>/dev/null || { echo "no $RUNS yet"; exit 0; }
 

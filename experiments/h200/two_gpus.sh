@@ -16,7 +16,7 @@
 #
 # Usage on the nvidia-h200-x2 machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
-#   RUNS=<results folder> bash experiments/h200/report.sh      (progress, and the results tar)
+#   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh   (progress, and the results tar)
 #   python experiments/h200/two_gpus_report.py <results folder>  (the three parts' tables, here)
 # From the one-GPU runs' times, agree should take ~15 minutes, kill ~5 and scaling ~8: PARTS spreads them over
 # calls or machines. Each run gets at most LIMIT seconds (default 400) before it is stopped, so a hang ends;
