@@ -36,6 +36,7 @@ from precision_oat.runs.alarms import ALARM_EXIT_STATUS, AlarmWatch, alarm_line,
 from precision_oat.runs.checkpoint import export_policy, first_checkpoint, save_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
+from precision_oat.runs.mask_watch import MaskWatch
 from precision_oat.runs.profile import operator_profile, report_profile
 from precision_oat.runs.signals import StopRequest
 from precision_oat.runs.token_export import export_tokens, token_file
@@ -82,7 +83,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     steps, per_step = train.steps, rollout.prompts_per_step
     if steps == 0:
         return evaluate_only(actor, evaluation, log, run.out)
-    watch = AlarmWatch(parse_alarms(logging.mismatch_alarm))
+    watch, masks = AlarmWatch(parse_alarms(logging.mismatch_alarm)), MaskWatch()
     say(first_checkpoint(run.start_step, steps, logging.save_every, logging.save_every_minutes), flush=True)
     # The signal handlers are the caller's again however the loop ends.
     with StopRequest() as stop:
@@ -114,6 +115,8 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             if not alarm_stop:
                 for alarm in alarmed:
                     say(f"warning: {alarm_line(alarm, metrics, step + 1)} (once per excursion)", flush=True)
+            for line in masks.check(metrics, step + 1):
+                say(line, flush=True)
             # A signal may reach some ranks only: all of them stop at the same step.
             stopping = world.any(stop.requested is not None) or alarm_stop
             # The checkpoint comes before the record, which then holds the time it took.
