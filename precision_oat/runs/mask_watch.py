@@ -34,10 +34,12 @@ class MaskWatch:
             match = DROPPED.fullmatch(key)
             if match is None:
                 continue
-            if value > STARVING and key not in self.starving:
+            if value <= STARVING:
+                self.starving.discard(key)
+            elif key not in self.starving:
+                self.starving.add(key)
                 flags = BAND_FLAGS.get(match["name"], "its flags")
                 lines.append(f"warning: the correction dropped {value:.0%} of step {step}'s batch ({key}): its band "
                              f"is narrower than this run's sampler–trainer gap, so the update learns from little or "
                              f"nothing; widen it ({flags}) or choose another correction (once per excursion)")
-            (self.starving.add if value > STARVING else self.starving.discard)(key)
         return lines
