@@ -3,7 +3,7 @@
 #   RUNS=<results folder> bash experiments/h200/report.sh
 #   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh
 # WATCH=S renews the tar every 30 s for up to S seconds, ending early once every run that logs steps has printed
-# its `done:` line: a call that the device machine cuts short (its time limit, the session's device time) still
+# its `done:` line: a call that the device machine cuts short (its time limit, the end of the device time) still
 # brings back the results of the last 30 s, and one call can wait out the runs without a gap long enough for the
 # idle machine to be given back. Under a script that runs its parts one after another (alone.sh, two_gpus.sh) the
 # watch can also end in the moment between two parts; the next call watches on.
