@@ -36,5 +36,8 @@ def test_a_bf16_run_whose_geometric_band_is_narrower_than_its_gap_warns_once(tmp
 
 
 def test_a_run_whose_mask_keeps_most_of_the_batch_says_nothing(tmp_path, embedded_policy_dir, capsys):
-    train(make_args(model=str(embedded_policy_dir), dtype="fp16", algo="grpo-geo-mask", output_dir=str(tmp_path / "r")))
+    out = tmp_path / "run"
+    train(make_args(model=str(embedded_policy_dir), dtype="fp16", algo="grpo-geo-mask", output_dir=str(out)))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["mismatch/geo_mask_frac"] <= 0.5 for r in rows)
     assert "warning: the correction dropped" not in capsys.readouterr().out
