@@ -488,8 +488,8 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-math": atlas_table("h200_atlas/math/mismatch.json", "h200_atlas/math-rest/mismatch.json",
                               "h200_atlas/invariant/mismatch.json"),
     "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json", "h200_atlas/invariant-counting/mismatch.json"),
-    "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2"), ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last",
-                                                "reward_150")),
+    "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2"),
+                           ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last", "reward_150")),
     "launcher": launcher_table,
     "lab": lambda: lab_table(LAB, [
         ("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean", 3), ("max \\|Δ\\|", "mismatch/abs_logp_diff_max", 2),
