@@ -4,12 +4,14 @@
 #   agree    SmolLM2 on counting (8 × 4 answers of up to 768 tokens, seed 0, STEPS steps, default 20) for each ZeRO
 #            stage of ZEROS (default "1 3") and dtype of DTYPES (default "fp16 bf16"): the same command on one GPU
 #            (one-<zero>-<dtype>) and under torchrun --nproc-per-node 2 (two-<zero>-<dtype>), whose logged figures
-#            must agree but for rounding. Timing is not this part's subject, so the one-GPU runs go two at a time,
-#            one a GPU, and the two-GPU runs one after the other; NCCL logs its set-up (NCCL_DEBUG=INFO), so the
-#            logs show which transport each collective took.
+#            must agree but for rounding. Timing is not this part's subject, so all one-GPU runs go at once, taking
+#            the GPUs in turn, then all two-GPU runs at once, their starts STAGGER seconds apart (default 30: an
+#            engine's start compiles the model and captures CUDA graphs); NCCL logs its set-up (NCCL_DEBUG=INFO),
+#            so the logs show which transport each collective took.
 #   kill     a two-GPU run (ZeRO-1, fp16, a checkpoint every 2 steps) whose rank 1 is killed (kill -9) once a
 #            checkpoint exists; kill.txt records how long rank 0 and the launcher took to end and their exit
-#            status; the same command with --resume then runs 4 steps past the checkpoint.
+#            status; the same command with --resume then runs 4 steps past the checkpoint. With agree, it runs
+#            beside the one-GPU runs.
 #   scaling  the 1.5B shape (benchmarks/scale_ladder.py's qwen2.5-1.5b, random weights, SmolLM2's tokenizer), 8 × 8
 #            answers of 4,096 tokens, fp16, ZeRO-1, gradient checkpointing, 3 steps: on one GPU, then on two
 #            (scaling-one/, scaling-two/); efficiency = one-GPU step / (2 × two-GPU step).
@@ -18,8 +20,8 @@
 #   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
 #   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh   (progress, and the results tar)
 #   python experiments/h200/two_gpus_report.py <results folder>  (the three parts' tables, here)
-# From the one-GPU runs' times, agree should take ~15 minutes, kill ~5 and scaling ~8: PARTS spreads them over
-# calls or machines. Each run gets at most LIMIT seconds (default 400) before it is stopped, so a hang ends;
+# From the one-GPU runs' times, agree and kill together should take ~12 minutes and scaling ~8: PARTS spreads
+# them over calls or machines. Each run gets at most LIMIT seconds (default 400) before it is stopped, so a hang ends;
 # phases.log has every run's start, end and exit status. NVLink multicast stays off (the machine's own setting,
 # kept here for the runs).
 set -uo pipefail
@@ -30,6 +32,7 @@ STEPS=${STEPS:-20}
 ZEROS=${ZEROS:-"1 3"}
 DTYPES=${DTYPES:-"fp16 bf16"}
 LIMIT=${LIMIT:-400}
+STAGGER=${STAGGER:-30}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
@@ -51,25 +54,6 @@ logged() {  # NAME, then the command: its console in NAME.log, its start, end an
 
 wants() { [[ " $PARTS " == *" $1 "* ]]; }
 
-if wants agree; then
-  gpu=0
-  for zero in $ZEROS; do
-    for dtype in $DTYPES; do
-      CUDA_VISIBLE_DEVICES=$gpu logged "one-$zero-$dtype" python3 "${counting[@]}" --zero-stage "$zero" \
-        --dtype "$dtype" --steps "$STEPS" --output-dir "$RUNS/one-$zero-$dtype" &
-      gpu=$((1 - gpu))
-      [ "$gpu" = 0 ] && wait
-    done
-  done
-  wait
-  for zero in $ZEROS; do
-    for dtype in $DTYPES; do
-      logged "two-$zero-$dtype" python3 "${two[@]}" "${counting[@]}" --zero-stage "$zero" --dtype "$dtype" \
-        --steps "$STEPS" --output-dir "$RUNS/two-$zero-$dtype"
-    done
-  done
-fi
-
 rank_pid() {  # RANK OUTPUT_DIR: the pid of torchrun's worker of that rank writing into OUTPUT_DIR
   local entry
   for entry in /proc/[0-9]*; do
@@ -79,34 +63,56 @@ rank_pid() {  # RANK OUTPUT_DIR: the pid of torchrun's worker of that rank writi
   done
 }
 
-if wants kill; then
-  out="$RUNS/kill" latest="$RUNS/kill/checkpoints/latest"
-  kill_run=("${two[@]}" "${counting[@]}" --zero-stage 1 --dtype fp16 --save-every 2 --output-dir "$out")
+kill_part() {
+  local out="$RUNS/kill" latest="$RUNS/kill/checkpoints/latest"
+  local kill_run=("${two[@]}" "${counting[@]}" --zero-stage 1 --dtype fp16 --save-every 2 --output-dir "$out")
   echo "$(date +%T) kill" >> "$RUNS/phases.log"
   python3 "${kill_run[@]}" --steps 1000 > "$RUNS/kill.log" 2>&1 < /dev/null &
-  launcher=$!
-  start=$SECONDS
+  local launcher=$! start=$SECONDS
   until [ -f "$latest" ] || ! kill -0 "$launcher" 2> /dev/null || [ $((SECONDS - start)) -gt "$LIMIT" ]; do
     sleep 1
   done
+  local rank0 rank1
   rank0=$(rank_pid 0 "$out") rank1=$(rank_pid 1 "$out")
   if [ -f "$latest" ] && [ -n "$rank1" ]; then
     kill -9 "$rank1"
-    killed=$SECONDS
+    local killed=$SECONDS
     while kill -0 "$rank0" 2> /dev/null && [ $((SECONDS - killed)) -lt 300 ]; do sleep 1; done
-    rank0_s=$((SECONDS - killed))
-    wait "$launcher"
-    status=$?
+    local rank0_s=$((SECONDS - killed)) status=0
+    wait "$launcher" || status=$?
     echo "rank 1 (pid $rank1) killed after $(cat "$latest"); rank 0 ended ${rank0_s} s later, the launcher" \
       "$((SECONDS - killed)) s later with exit status $status" > "$RUNS/kill.txt"
     grep -h "^error: " "$RUNS/kill.log" >> "$RUNS/kill.txt"
-    resume_steps=$(( $(sed 's/step_//' "$latest") + 4 ))
-    logged kill-resume python3 "${kill_run[@]}" --resume --steps "$resume_steps"
+    logged kill-resume python3 "${kill_run[@]}" --resume --steps "$(( $(sed 's/step_//' "$latest") + 4 ))"
   else
     kill -9 "$launcher" 2> /dev/null
     echo "no checkpoint within $LIMIT s, or no rank 1 found; nothing killed" > "$RUNS/kill.txt"
   fi
   echo "$(date +%T) kill done" >> "$RUNS/phases.log"
+}
+
+if wants agree; then
+  gpu=0
+  for zero in $ZEROS; do
+    for dtype in $DTYPES; do
+      CUDA_VISIBLE_DEVICES=$gpu logged "one-$zero-$dtype" python3 "${counting[@]}" --zero-stage "$zero" \
+        --dtype "$dtype" --steps "$STEPS" --output-dir "$RUNS/one-$zero-$dtype" &
+      gpu=$((1 - gpu))
+      sleep "$STAGGER"
+    done
+  done
+  wants kill && kill_part &
+  wait
+  for zero in $ZEROS; do
+    for dtype in $DTYPES; do
+      logged "two-$zero-$dtype" python3 "${two[@]}" "${counting[@]}" --zero-stage "$zero" --dtype "$dtype" \
+        --steps "$STEPS" --output-dir "$RUNS/two-$zero-$dtype" &
+      sleep "$STAGGER"
+    done
+  done
+  wait
+elif wants kill; then
+  kill_part
 fi
 
 if wants scaling; then
