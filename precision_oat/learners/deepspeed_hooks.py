@@ -3,7 +3,8 @@
 Shared by the local DeepSpeed learner and Oat's learner, so both report the same thing the same
 way: the gradient norm (DeepSpeed's, or ours where plain fp32 ZeRO-0 reports none), whether the
 fp16 loss scaler skipped the step, the loss scale (1 unless the trainer computes in fp16), and
-the fp32 masters this process steps, for the inf/NaN guard. A class using it names its engine
+the fp32 masters this process steps, for the inf/NaN guard; and, for scoring, how often every rank
+calls the output projection when ZeRO-3 gathers its weight. A class using it names its engine
 (:attr:`deepspeed_engine`) and may route the step through its owner (:meth:`step_engine`).
 """
 
@@ -23,6 +24,17 @@ class DeepSpeedHooks:
     def step_engine(self) -> None:
         """One optimiser step (a counted micro-step between accumulation boundaries)."""
         self.deepspeed_engine.step()
+
+    def head_calls(self, chunks: int) -> int:
+        """The most chunks any rank's scoring pass projects, under ZeRO-3 over several ranks: each call of the
+        output projection gathers its weight with every rank, and a rank that called it less would leave the
+        others waiting. This rank's ``chunks`` otherwise."""
+        engine = self.deepspeed_engine
+        if engine.zero_optimization_stage() != 3 or engine.dp_world_size == 1:
+            return chunks
+        most = torch.tensor([chunks], device=engine.device)
+        torch.distributed.all_reduce(most, torch.distributed.ReduceOp.MAX)
+        return int(most)
 
     def optimizer_step(self) -> tuple[float, bool]:
         engine = self.deepspeed_engine

@@ -58,7 +58,12 @@ class Learner(RLStep):
                          response_mask=None) -> torch.Tensor:
         s = self.settings
         return token_logprobs(self.forward_module, input_ids, attention_mask, s.rollout.temperature, truncation,
-                              response_mask, s.train.logprob_chunk_size, s.model.compile_layers)
+                              response_mask, s.train.logprob_chunk_size, s.model.compile_layers, self.head_calls)
+
+    def head_calls(self, chunks: int) -> int:
+        """How many calls of the output projection a scoring pass of ``chunks`` chunks makes (see
+        :func:`~precision_oat.rl.scoring.hidden_logprobs`): one a chunk, unless the weights are gathered."""
+        return chunks
 
     @property
     def forward_module(self) -> torch.nn.Module:

@@ -183,14 +183,16 @@ def _kept_only(probs: torch.Tensor, counts: torch.Tensor, kept_ids: torch.Tensor
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
                    truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False) -> torch.Tensor:
+                   chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False,
+                   head_calls: Optional[Callable[[int], int]] = None) -> torch.Tensor:
     """log π(y_t | y_<t) of every next token where ``response_mask`` is set (0 elsewhere), [B, L-1],
     with the gradient if enabled.
 
     ``model`` is an HF causal LM, or a wrapper of one that keeps it as ``.module`` (a DeepSpeed
     engine). Its body runs once; its output projection runs in chunks (:func:`hidden_logprobs`).
     A model that transforms its logits after the projection (a soft cap, a scale) is scored from
-    its full logits instead. ``compiled``: see :func:`logits_logprobs`.
+    its full logits instead. ``compiled``: see :func:`logits_logprobs`; ``head_calls``: see
+    :func:`hidden_logprobs`.
     """
     causal_lm = getattr(model, "module", model)
     body = causal_lm.get_decoder()
@@ -198,7 +200,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return causal_lm_logprobs(
         causal_lm, lambda: body(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state,
         lambda: model(input_ids=input_ids, attention_mask=mask).logits,
-        input_ids, temperature, truncation, response_mask, chunk_size, compiled)
+        input_ids, temperature, truncation, response_mask, chunk_size, compiled, head_calls)
 
 
 def padding_mask(attention_mask: torch.Tensor) -> Optional[torch.Tensor]:
@@ -214,14 +216,14 @@ def padding_mask(attention_mask: torch.Tensor) -> Optional[torch.Tensor]:
 
 def causal_lm_logprobs(causal_lm, hidden_states: Callable[[], torch.Tensor], logits: Callable[[], torch.Tensor],
                        input_ids: torch.Tensor, temperature: float, truncation: Optional[Truncation] = None,
-                       response_mask: Optional[torch.Tensor] = None,
-                       chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False) -> torch.Tensor:
+                       response_mask: Optional[torch.Tensor] = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                       compiled: bool = False, head_calls: Optional[Callable[[int], int]] = None) -> torch.Tensor:
     """:func:`token_logprobs` for a caller that runs the forward its own way: ``hidden_states()`` runs the
     body of the HF causal LM ``causal_lm``, ``logits()`` the whole model, and only one of them is called
     (the whole model where its logits are more than the projection of the last hidden state)."""
     if projects_plainly(causal_lm.config):
         return hidden_logprobs(hidden_states(), causal_lm.get_output_embeddings(), input_ids, temperature, truncation,
-                               response_mask, chunk_size, compiled)
+                               response_mask, chunk_size, compiled, head_calls)
     return logits_logprobs(logits(), input_ids, temperature, truncation, response_mask, chunk_size, compiled)
 
 
@@ -233,14 +235,18 @@ def projects_plainly(config) -> bool:
 
 def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torch.Tensor, temperature: float,
                     truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
-                    chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False) -> torch.Tensor:
+                    chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False,
+                    head_calls: Optional[Callable[[int], int]] = None) -> torch.Tensor:
     """log softmax(head(hidden) / T) at each next token, in fp32, shape [B, L-1], as :func:`logits_logprobs`
     gives it from the full logits, but with ``head`` applied ``chunk_size`` scored positions at a time.
 
     With the gradient on and more than one chunk, each chunk is checkpointed: its logits are dropped
     after the forward and made again in the backward, so no tensor of any dtype holds more than
     ``chunk_size`` rows of the vocabulary. ``head`` is called as a module, so that its hooks (ZeRO-3's
-    gathering) run each time.
+    gathering) run each time. Under ZeRO-3 over several ranks each call gathers the head's weight with
+    every rank, so every rank must call it as often: ``head_calls(chunks)`` is the number of calls every
+    rank makes, given this rank's number of chunks (the most of any rank); calls past this rank's chunks
+    project no rows.
     """
     b, l, width = hidden.shape
     scored = _scored(response_mask, b, l, hidden.device)
@@ -250,6 +256,9 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
     counts, kept_ids = _kept_sets(truncation, scored)
     # At least one chunk, empty if need be, so that the result carries a gradient even with nothing to score.
     chunks = list(_chunks(len(row), chunk_size, counts, kept_ids)) or [(slice(0, 0), kept_ids)]
+    if head_calls is not None:
+        nothing = (slice(0, 0), None if kept_ids is None else kept_ids[:0])
+        chunks += [nothing] * (head_calls(len(chunks)) - len(chunks))
     # Scoring without the gradient (π_old) has nothing to recompute, and one chunk's logits may as well be kept.
     recompute = torch.is_grad_enabled() and len(chunks) > 1
     pieces = []

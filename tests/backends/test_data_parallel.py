@@ -404,6 +404,54 @@ def two_rank_checkpoints(tmp_path_factory):
     return folder, sorted(reports.get() for _ in range(2))
 
 
+def _score_rows_of_other_lengths(rank: int, port: int, reports) -> None:
+    """Two ZeRO-3 ranks (CPU) score rows of other lengths, so their output projections run in other numbers of
+    chunks; then the gradient of one of them. Reports the largest gap to the same model scored alone."""
+    from datetime import timedelta
+
+    from precision_oat.backends.local.driver import build_learner
+    from precision_oat.rl.scoring import token_logprobs
+    from precision_oat.rl.settings import learner_settings
+    from tests.backends.helpers import make_args
+    from tests.conftest import tiny_model
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=60))
+    try:
+        # A vocabulary of 4,096 × 64 puts the tied embedding past ZeRO-3's persistence threshold (1e5 elements):
+        # it is partitioned, and every call of the head gathers it.
+        model = tiny_model(vocab=4096)
+        ids = torch.randint(4096, (2, 24 if rank == 0 else 8), generator=torch.Generator().manual_seed(rank))
+        mask = torch.ones_like(ids)
+        expected = token_logprobs(model, ids, mask, 1.0, chunk_size=4)
+        args = make_args(learner="deepspeed", zero_stage=3, dtype="fp32", algo="pg", logprob_chunk_size=4)
+        learner = build_learner(model, learner_settings(args, torch.device("cpu"), World(rank=rank, size=2)))
+        with torch.no_grad():
+            scored = learner.forward_logprobs(ids, mask)
+        learner.backward(-learner.forward_logprobs(ids, mask).sum(), last_micro_batch=True)
+        reports.put((rank, float((scored - expected).abs().max())))
+    except Exception as e:  # noqa: BLE001 - reported to the test, which names it
+        reports.put((rank, f"{type(e).__name__}: {e}"))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_zero3_ranks_whose_rows_project_in_other_numbers_of_chunks_score_and_step_together():
+    # Rank 0 projects 46 positions in 12 chunks of 4, rank 1 14 in 4: each call of the head gathers its weight
+    # with every rank, so the rank with fewer chunks projects nothing the more times (before, both waited for ever).
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reports = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_score_rows_of_other_lengths, args=(port, reports), nprocs=2, start_method="spawn")
+    results = sorted(reports.get() for _ in range(2))
+    assert [rank for rank, _ in results] == [0, 1]
+    for rank, gap in results:
+        assert isinstance(gap, float) and gap < 1e-5, (rank, gap)
+
+
 def test_only_rank_0_builds_the_model_it_checkpoints(two_rank_checkpoints):
     folder, reports = two_rank_checkpoints
     assert [(rank, built) for rank, built, _ in reports] == [(0, 2), (1, 0)]
