@@ -129,19 +129,21 @@ def test_two_gpus_runs_each_command_on_one_gpu_and_on_two_under_torchrun_alike(t
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     (tmp_path / "smolhf").mkdir()
     (tmp_path / "runs" / "shape").mkdir(parents=True)  # the stand-in for shape_folder.py writes no config.json
-    calls = recorded_calls("experiments/h200/two_gpus.sh", 12, tmp_path)
+    calls = recorded_calls("experiments/h200/two_gpus.sh", 13, tmp_path)
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     by_run = {argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1]: argv for argv in calls if "--output-dir" in argv}
-    assert sorted(by_run) == sorted(["kill", "scaling-one", "scaling-two"] +
-                                    [f"{n}-{z}-{d}" for n in ("one", "two") for z in (1, 3) for d in ("fp16", "bf16")])
-    for one, two in [(f"one-{z}-{d}", f"two-{z}-{d}") for z in (1, 3) for d in ("fp16", "bf16")] + \
-                    [("scaling-one", "scaling-two")]:
+    agree = [f"{z}-{d}" for z in (1, 3) for d in ("fp16", "bf16")] + ["1-fp16-invariant"]
+    assert sorted(by_run) == sorted(["kill", "scaling-one", "scaling-two"] + [f"{n}-{r}" for n in ("one", "two")
+                                                                              for r in agree])
+    for one, two in [(f"one-{r}", f"two-{r}") for r in agree] + [("scaling-one", "scaling-two")]:
         assert by_run[two][:5] == launcher and by_run[one][:2] == ["-m", "precision_oat.main"]
         drop_output = lambda argv: argv[:argv.index("--output-dir")] + argv[argv.index("--output-dir") + 2:]
         assert drop_output(by_run[two][5:]) == drop_output(by_run[one])
         args = parse(by_run[one])
         assert (args.rollout.prompts_per_step * args.rollout.num_samples, args.precision.dtype) == (
-            (64, "fp16") if one.startswith("scaling") else (32, one.rsplit("-", 1)[1]))
+            (64, "fp16") if one.startswith("scaling") else (32, one.split("-")[2]))
+        assert (args.train.zero_stage, args.precision.batch_invariant) == (
+            (1, False) if one.startswith("scaling") else (int(one.split("-")[1]), one.endswith("invariant")))
     assert parse(by_run["scaling-one"]).rollout.max_new_tokens == 4096
     assert by_run["kill"][:5] == launcher and parse(by_run["kill"]).log.save_every == 2
     # The stand-in run ends at once, before any checkpoint: nothing is killed and the part says so.
@@ -327,13 +329,16 @@ def test_two_gpus_report_reads_real_runs_of_one_and_two_processes(tmp_path, embe
     for name, processes in (("one-1-fp32", 1), ("two-1-fp32", 2)):
         done = launch(*flags, "--output-dir", str(runs / name), processes=processes)
         assert done.returncode == 0, done.stdout + done.stderr
-    for one_or_two in ("one", "two"):  # the same runs stand for the scaling part's
+    for one_or_two in ("one", "two"):  # the same runs stand for the scaling part's, and for a batch-invariant pair
         shutil.copytree(runs / f"{one_or_two}-1-fp32", runs / f"scaling-{one_or_two}")
+        shutil.copytree(runs / f"{one_or_two}-1-fp32", runs / f"{one_or_two}-1-fp32-invariant")
 
     assert load_script("experiments/h200/two_gpus_report.py").main([str(runs)]) == 0
     out = capsys.readouterr().out
     agree, kill, scaling = out.split("## ")[1:]
     [row] = [line for line in agree.splitlines() if line.startswith("| 1 | fp32 |")]
+    [invariant] = [line for line in agree.splitlines() if line.startswith("| 1 | fp32, batch-invariant |")]
+    assert invariant.split("|")[3:] == row.split("|")[3:]
     cells = [c.strip() for c in row.strip("|").split("|")]
     equal, _, compared = cells[3].split()
     # On CPU two processes sample and score what one does: the same answers at every step, step 1 equal in most figures

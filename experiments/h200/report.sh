@@ -11,8 +11,8 @@ RUNS=${RUNS:?set RUNS to the results folder}
 cd "$RUNS" 2>/dev/null || { echo "no $RUNS yet"; exit 0; }
 
 pack() {
-  tar czf "$OUT/results.tgz" --exclude=checkpoints --exclude="*.safetensors" --exclude=models ./*.log ./*.json ./*/ \
-    2>/dev/null
+  tar czf "$OUT/results.tgz" --exclude=checkpoints --exclude="*.safetensors" --exclude=models ./*.log ./*.json \
+    ./*.txt ./*/ 2>/dev/null
 }
 all_done() {  # every console with a step line has its done: line too
   local stepping finished

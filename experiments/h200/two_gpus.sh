@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The paper's pair (vLLM sampler × DeepSpeed) on two H200s of one host, under torchrun (docs/scaling.md), in parts:
 #
-#   agree    SmolLM2 on counting (8 × 4 answers of up to 768 tokens, seed 0, STEPS steps, default 20) for each ZeRO
-#            stage of ZEROS (default "1 3") and dtype of DTYPES (default "fp16 bf16"): the same command on one GPU
-#            (one-<zero>-<dtype>) and under torchrun --nproc-per-node 2 (two-<zero>-<dtype>), whose logged figures
-#            must agree but for rounding. Timing is not this part's subject, so all one-GPU runs go at once, taking
-#            the GPUs in turn, then all two-GPU runs at once, their starts STAGGER seconds apart (default 30: an
-#            engine's start compiles the model and captures CUDA graphs); NCCL logs its set-up (NCCL_DEBUG=INFO),
-#            so the logs show which transport each collective took.
+#   agree    SmolLM2 on counting (8 × 4 answers of up to 768 tokens, seed 0, STEPS steps, default 20) for each run
+#            of AGREE, <zero>-<dtype> or <zero>-<dtype>-invariant (with --batch-invariant; default all four of ZeRO
+#            1 and 3 × fp16 and bf16, and 1-fp16-invariant): the same command on one GPU (one-<run>) and under
+#            torchrun --nproc-per-node 2 (two-<run>), for each side of SIDES (default "one two"). On a GPU vLLM's
+#            samples depend on its batch (16 answers an engine on two GPUs, 32 on one), so only the batch-invariant
+#            pair can log the same figures but for rounding; the others must agree as runs of one distribution.
+#            Timing is not this part's subject, so all one-GPU runs go at once, taking the GPUs in turn, then all
+#            two-GPU runs at once, their starts STAGGER seconds apart (default 30: an engine's start compiles the
+#            model and captures CUDA graphs); NCCL logs its set-up (NCCL_DEBUG=INFO), so the logs show which
+#            transport each collective took.
 #   kill     a two-GPU run (ZeRO-1, fp16, a checkpoint every 2 steps) whose rank 1 is killed (kill -9) once a
 #            checkpoint exists; kill.txt records how long rank 0 and the launcher took to end and their exit
 #            status; the same command with --resume then runs 4 steps past the checkpoint. With agree, it runs
@@ -21,7 +24,7 @@
 #   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh   (progress, and the results tar)
 #   python experiments/h200/two_gpus_report.py <results folder>  (the three parts' tables, here)
 # From the one-GPU runs' times, agree and kill together should take ~12 minutes and scaling ~8: PARTS spreads
-# them over calls or machines. Each run gets at most LIMIT seconds (default 400) before it is stopped, so a hang ends;
+# them over calls or machines. Each run gets at most LIMIT seconds (default 600) before it is stopped, so a hang ends;
 # phases.log has every run's start, end and exit status. NVLink multicast stays off (the machine's own setting,
 # kept here for the runs).
 set -uo pipefail
@@ -29,9 +32,9 @@ HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
 PARTS=${PARTS:-"agree kill scaling"}
 STEPS=${STEPS:-20}
-ZEROS=${ZEROS:-"1 3"}
-DTYPES=${DTYPES:-"fp16 bf16"}
-LIMIT=${LIMIT:-400}
+AGREE=${AGREE:-"1-fp16 1-bf16 3-fp16 3-bf16 1-fp16-invariant"}
+SIDES=${SIDES:-"one two"}
+LIMIT=${LIMIT:-600}
 STAGGER=${STAGGER:-30}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
@@ -92,24 +95,30 @@ kill_part() {
 }
 
 if wants agree; then
+  agree_flags() {  # RUN: its flags
+    local zero dtype invariant
+    IFS=- read -r zero dtype invariant <<< "$1"
+    echo --zero-stage "$zero" --dtype "$dtype" ${invariant:+--batch-invariant} --steps "$STEPS"
+  }
   gpu=0
-  for zero in $ZEROS; do
-    for dtype in $DTYPES; do
-      CUDA_VISIBLE_DEVICES=$gpu logged "one-$zero-$dtype" python3 "${counting[@]}" --zero-stage "$zero" \
-        --dtype "$dtype" --steps "$STEPS" --output-dir "$RUNS/one-$zero-$dtype" &
+  if [[ " $SIDES " == *" one "* ]]; then
+    for run in $AGREE; do
+      # shellcheck disable=SC2046
+      CUDA_VISIBLE_DEVICES=$gpu logged "one-$run" python3 "${counting[@]}" $(agree_flags "$run") \
+        --output-dir "$RUNS/one-$run" &
       gpu=$((1 - gpu))
       sleep "$STAGGER"
     done
-  done
+  fi
   wants kill && kill_part &
   wait
-  for zero in $ZEROS; do
-    for dtype in $DTYPES; do
-      logged "two-$zero-$dtype" python3 "${two[@]}" "${counting[@]}" --zero-stage "$zero" --dtype "$dtype" \
-        --steps "$STEPS" --output-dir "$RUNS/two-$zero-$dtype" &
+  if [[ " $SIDES " == *" two "* ]]; then
+    for run in $AGREE; do
+      # shellcheck disable=SC2046
+      logged "two-$run" python3 "${two[@]}" "${counting[@]}" $(agree_flags "$run") --output-dir "$RUNS/two-$run" &
       sleep "$STAGGER"
     done
-  done
+  fi
   wait
 elif wants kill; then
   kill_part

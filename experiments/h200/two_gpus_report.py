@@ -2,10 +2,10 @@
 
     python experiments/h200/two_gpus_report.py FOLDER
 
-agree    per ZeRO stage and dtype, the one-GPU run against the two-GPU run: the steps each logged; at step 1, how
-         many of the figures both logged (clocks left out) are equal and the largest relative difference; the first
-         step whose mean answer length differs (sampling followed another path from there); the run's mean reward
-         and token |Δlogp| on each side; the transports NCCL reported in the two-GPU run's log
+agree    per ZeRO stage and dtype (batch-invariant or not), the one-GPU run against the two-GPU run: the steps each
+         logged; at step 1, how many of the figures both logged (clocks left out) are equal and the largest relative
+         difference; the first step whose mean answer length differs (sampling followed another path from there);
+         the run's mean reward and token |Δlogp| on each side; the transports NCCL reported in the two-GPU run's log
 kill     kill.txt, and whether the resumed run's steps follow on from the checkpoint with none missing or repeated
 scaling  the mean step over steps 2… (step 1 holds the start-up) and its split, rank 0's on one GPU and the slowest
          rank's on two, and the efficiency: one-GPU step / (2 × two-GPU step)
@@ -61,8 +61,10 @@ def mean(rows: list[dict], key: str) -> str:
 def agree_table(folder: Path) -> list[str]:
     lines = []
     for one_folder in sorted(p for p in folder.glob("one-*-*") if p.is_dir()):
-        _, zero, dtype = one_folder.name.split("-")
-        one, two = train_rows(one_folder), train_rows(folder / f"two-{zero}-{dtype}")
+        run = one_folder.name.removeprefix("one-")
+        zero, dtype = run.split("-", 1)
+        dtype = dtype.replace("-invariant", ", batch-invariant")
+        one, two = train_rows(one_folder), train_rows(folder / f"two-{run}")
         if not one or not two:
             continue
         equal, compared, largest = step_one_agreement(one[0], two[0])
@@ -71,7 +73,7 @@ def agree_table(folder: Path) -> list[str]:
         lines.append(f"| {zero} | {dtype} | {one[-1]['step']} / {two[-1]['step']} | {equal} of {compared} | "
                      f"{largest_text} | {diverged or '–'} | {mean(one, 'reward/mean')} / {mean(two, 'reward/mean')} | "
                      f"{mean(one, 'mismatch/abs_logp_diff_mean')} / {mean(two, 'mismatch/abs_logp_diff_mean')} | "
-                     f"{transports(folder / f'two-{zero}-{dtype}.log')} |")
+                     f"{transports(folder / f'two-{run}.log')} |")
     header = ["| ZeRO | dtype | steps (1 / 2 GPUs) | step 1: figures equal | step 1: largest relative difference | "
               "answers first differ at step | mean reward (1 / 2) | mean token \\|Δlogp\\| (1 / 2) | NCCL transports |",
               "|---|---|---|---|---|---|---|---|---|"]

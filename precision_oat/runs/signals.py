@@ -14,7 +14,10 @@ class StopRequest:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, ranks: int = 1):
+        # Under a launcher a signal also comes when another rank has died (torchrun's agent then ends the rest),
+        # and a step that needs the dead rank never ends: the line says what to do then.
+        self.ranks = ranks
         self.requested: Optional[str] = None
         self.signal_number = 0
         self._previous = {}
@@ -33,7 +36,11 @@ class StopRequest:
             return
         self.requested = signal.Signals(number).name
         self.signal_number = number
-        print(f"\n{self.requested}: stopping after this step (again to stop now)", flush=True)
+        line = f"\n{self.requested}: stopping after this step (again to stop now)"
+        if self.ranks > 1:
+            line += ("; if another rank has stopped, this one cannot end its step and the launcher ends it: "
+                     "--resume then goes on from the last checkpoint")
+        print(line, flush=True)
 
     def restore(self) -> None:
         for s, handler in self._previous.items():

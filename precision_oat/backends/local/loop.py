@@ -86,7 +86,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     watch, masks = AlarmWatch(parse_alarms(logging.mismatch_alarm)), MaskWatch()
     say(first_checkpoint(run.start_step, steps, logging.save_every, logging.save_every_minutes), flush=True)
     # The signal handlers are the caller's again however the loop ends.
-    with StopRequest() as stop:
+    with StopRequest(world.size) as stop:
         # A step's time runs from the previous record's moment to its own, so every second belongs to one
         # record; the previous record's write (its line, wandb) happens in that time and counts in this
         # step's "log". The first step starts here.
