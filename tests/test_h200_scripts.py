@@ -150,6 +150,18 @@ def test_two_gpus_runs_each_command_on_one_gpu_and_on_two_under_torchrun_alike(t
     assert "nothing killed" in (tmp_path / "runs" / "kill.txt").read_text()
 
 
+def test_two_gpus_runs_only_the_sides_named(tmp_path):
+    (tmp_path / "runs" / "shape").mkdir(parents=True)
+    (tmp_path / "runs" / "shape" / "config.json").write_text("{}")
+    calls = recorded_calls("experiments/h200/two_gpus.sh", 1, tmp_path, PARTS="scaling", SIDES="one")
+    assert [argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1] for argv in calls] == ["scaling-one"]
+    (tmp_path / "again").mkdir()
+    calls = recorded_calls("experiments/h200/two_gpus.sh", 2, tmp_path / "again", PARTS="agree", SIDES="two",
+                           AGREE="3-fp16 3-bf16")
+    assert sorted(argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1] for argv in calls) == ["two-3-bf16",
+                                                                                                 "two-3-fp16"]
+
+
 LAUNCHER = """#!/usr/bin/env bash
 # A stand-in for torchrun: two ranks, whose checkpoint appears after a second; rank 0 ends once rank 1 is gone.
 echo "$@" >> "$CALLS/all"

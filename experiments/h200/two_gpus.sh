@@ -17,7 +17,8 @@
 #            beside the one-GPU runs.
 #   scaling  the 1.5B shape (benchmarks/scale_ladder.py's qwen2.5-1.5b, random weights, SmolLM2's tokenizer), 8 × 8
 #            answers of 4,096 tokens, fp16, ZeRO-1, gradient checkpointing, 3 steps: on one GPU, then on two
-#            (scaling-one/, scaling-two/); efficiency = one-GPU step / (2 × two-GPU step).
+#            (scaling-one/, scaling-two/, each on its side of SIDES: the one-GPU side runs on a one-GPU machine
+#            too); efficiency = one-GPU step / (2 × two-GPU step).
 #
 # Usage on the nvidia-h200-x2 machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
@@ -56,6 +57,7 @@ logged() {  # NAME, then the command: its console in NAME.log, its start, end an
 }
 
 wants() { [[ " $PARTS " == *" $1 "* ]]; }
+on_side() { [[ " $SIDES " == *" $1 "* ]]; }
 
 rank_pid() {  # RANK OUTPUT_DIR: the pid of torchrun's worker of that rank writing into OUTPUT_DIR
   local entry
@@ -101,7 +103,7 @@ if wants agree; then
     echo --zero-stage "$zero" --dtype "$dtype" ${invariant:+--batch-invariant} --steps "$STEPS"
   }
   gpu=0
-  if [[ " $SIDES " == *" one "* ]]; then
+  if on_side one; then
     for run in $AGREE; do
       # shellcheck disable=SC2046
       CUDA_VISIBLE_DEVICES=$gpu logged "one-$run" python3 "${counting[@]}" $(agree_flags "$run") \
@@ -112,7 +114,7 @@ if wants agree; then
   fi
   wants kill && kill_part &
   wait
-  if [[ " $SIDES " == *" two "* ]]; then
+  if on_side two; then
     for run in $AGREE; do
       # shellcheck disable=SC2046
       logged "two-$run" python3 "${two[@]}" "${counting[@]}" $(agree_flags "$run") --output-dir "$RUNS/two-$run" &
@@ -131,7 +133,7 @@ if wants scaling; then
       > "$RUNS/shape.log" 2>&1
   shape=("${pair[@]}" --model "$model" --zero-stage 1 --dtype fp16 --prompts-per-step 8 --num-samples 8
          --max-new-tokens 4096 --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8 --steps 3)
-  logged scaling-one python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
-  logged scaling-two python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
+  on_side one && logged scaling-one python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
+  on_side two && logged scaling-two python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
 fi
 echo "$(date +%T) done" >> "$RUNS/phases.log"
