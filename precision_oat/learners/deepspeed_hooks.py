@@ -33,7 +33,7 @@ class DeepSpeedHooks:
         if engine.zero_optimization_stage() != 3 or engine.dp_world_size == 1:
             return chunks
         most = torch.tensor([chunks], device=engine.device)
-        torch.distributed.all_reduce(most, torch.distributed.ReduceOp.MAX)
+        torch.distributed.all_reduce(most, torch.distributed.ReduceOp.MAX, group=engine.data_parallel_group)
         return int(most)
 
     def optimizer_step(self) -> tuple[float, bool]:
