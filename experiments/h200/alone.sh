@@ -32,15 +32,13 @@ PART_LIMIT=${PART_LIMIT:-420}
 PARTS=${PARTS:-"speed seeds lab-pair lab-head preflight"}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
+source "$(dirname "${BASH_SOURCE[0]}")/phases.sh"
 
 part() {  # NAME, then the command
   local name=$1; shift
   [[ " $PARTS " == *" $name "* ]] || return 0
-  echo "$(date +%T) $name" >> "$RUNS/phases.log"
   mkdir -p "$RUNS/$name"
-  local status=0
-  timeout -k 20 "$PART_LIMIT" "$@" > "$RUNS/$name.log" 2>&1 || status=$?
-  echo "$(date +%T) $name exit $status" >> "$RUNS/phases.log"
+  timed "$name" "$PART_LIMIT" "$@"
 }
 
 lab=(python3 -m precision_oat.lab --model "$HF" --task counting --num-samples 4 --max-new-tokens 768
@@ -67,4 +65,4 @@ part atlas-counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 
 part atlas-invariant "${pair[@]}" "${math[@]}" --batch-invariant --dtypes bf16 fp16 fp32 --output-dir "$RUNS/atlas-invariant"
 part atlas-invariant-counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 4 --max-new-tokens 768 \
   --batch-invariant --dtypes bf16 fp16 fp32 --output-dir "$RUNS/atlas-invariant-counting"
-echo "$(date +%T) done" >> "$RUNS/phases.log"
+phase done

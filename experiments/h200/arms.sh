@@ -59,9 +59,10 @@ STEPS=${STEPS:-200}
 ARMS=${ARMS:-"pg-fp16-s0 pg fp16 0;pg-fp16-s1 pg fp16 1;pg-bf16-s0 pg bf16 0;pg-bf16-s1 pg bf16 1;grpo-tis-bf16-s0 grpo-tis bf16 0"}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
+source "$(dirname "${BASH_SOURCE[0]}")/phases.sh"
 
 start() {  # NAME ALGO DTYPE SEED [FLAGS…]
-  echo "$(date +%T) $1" >> "$RUNS/phases.log"
+  phase "$1"
   # shellcheck disable=SC2086
   setsid nohup python3 -m precision_oat.main --model "$HF" --task counting --sampler vllm --learner deepspeed \
     --zero-stage 1 --device cuda --prompts-per-step 8 --num-samples 4 --max-new-tokens 768 --temperature 1.0 \

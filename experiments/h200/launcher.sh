@@ -12,6 +12,7 @@ STEPS=${STEPS:-10}
 LIMIT=${LIMIT:-400}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
+source "$(dirname "${BASH_SOURCE[0]}")/phases.sh"
 
 run=(-m precision_oat.main --model "$HF" --task counting --sampler vllm --learner deepspeed --zero-stage 1
      --device cuda --prompts-per-step 8 --num-samples 4 --max-new-tokens 768 --temperature 1.0 --learning-rate 2e-5
@@ -20,15 +21,13 @@ run=(-m precision_oat.main --model "$HF" --task counting --sampler vllm --learne
 
 measured() {  # NAME, then the command
   local name=$1; shift
-  echo "$(date +%T) $name" >> "$RUNS/phases.log"
   (while sleep 1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done) > "$RUNS/$name.memory.log" &
-  local poll=$! status=0 start=$SECONDS
-  timeout --kill-after 20 "$LIMIT" "$@" --output-dir "$RUNS/$name" > "$RUNS/$name.log" 2>&1 || status=$?
+  local poll=$! start=$SECONDS
+  timed "$name" "$LIMIT" "$@" --output-dir "$RUNS/$name"
   kill "$poll" 2> /dev/null
   echo "$(sort -n "$RUNS/$name.memory.log" | tail -n 1) MiB peak, $((SECONDS - start)) s" > "$RUNS/$name.memory"
-  echo "$(date +%T) $name exit $status" >> "$RUNS/phases.log"
 }
 
 measured plain python3 "${run[@]}"
 measured torchrun python3 -m torch.distributed.run --standalone --nproc-per-node 1 "${run[@]}"
-echo "$(date +%T) done" >> "$RUNS/phases.log"
+phase done

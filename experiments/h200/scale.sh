@@ -23,19 +23,19 @@ RUNS=${RUNS:?set RUNS to a results folder}
 DEADLINE=${DEADLINE:?set DEADLINE to the epoch second by which everything must have stopped}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
+source "$(dirname "${BASH_SOURCE[0]}")/phases.sh"
 left() { echo $((DEADLINE - $(date +%s))); }
 
-echo "$(date +%T) loop-128x8" >> "$RUNS/phases.log"
-timeout -k 20 "$(left)" python3 -m precision_oat.main --model "$HF" --task counting --sampler vllm --learner deepspeed \
+timed loop-128x8 "$(left)" python3 -m precision_oat.main --model "$HF" --task counting --sampler vllm --learner deepspeed \
   --zero-stage 1 --device cuda --algo grpo --dtype fp16 --seed 0 --max-new-tokens 768 --temperature 1.0 \
   --learning-rate 2e-5 --prompts-per-step 128 --num-samples 8 --steps 5 --micro-batch-size 128 \
   --micro-batch-tokens 53248 --vllm-gpu-memory-utilization 0.5 --vllm-max-num-seqs 1024 --no-vllm-enforce-eager \
   --no-vllm-row-seeds --no-rescore --compile-layers --probe-dtypes --save-every 1000 --log-every 1 \
-  --wandb-mode disabled --output-dir "$RUNS/loop-128x8" > "$RUNS/loop-128x8.log" 2>&1
+  --wandb-mode disabled --output-dir "$RUNS/loop-128x8"
 
 ladder() {  # NAME, then the ladder flags that differ
   local name=$1; shift
-  echo "$(date +%T) $name" >> "$RUNS/phases.log"
+  phase "$name"
   python3 benchmarks/scale_ladder.py --time-limit-s "$(( $(left) - 30 ))" --ratio-repeats 0 \
     --model-cache "${MODELS:-$HOME/ladder-models}" --output "$RUNS/$name.json" "$@" > "$RUNS/$name.log" 2>&1
 }
@@ -53,4 +53,4 @@ done
 
 ladder ladder-4k-compiled --models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 \
   --no-gradient-checkpointing --compile-layers --profile
-echo "$(date +%T) done" >> "$RUNS/phases.log"
+phase done

@@ -41,6 +41,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
   NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT
 mkdir -p "$RUNS"
+source "$(dirname "${BASH_SOURCE[0]}")/phases.sh"
 
 pair=(-m precision_oat.main --task counting --sampler vllm --learner deepspeed --device cuda --wandb-mode disabled
       --seed 0)
@@ -49,12 +50,6 @@ counting=("${pair[@]}" --model "$HF" --prompts-per-step 8 --num-samples 4 --max-
           --no-vllm-enforce-eager)
 two=(-m torch.distributed.run --standalone --nproc-per-node 2)
 
-logged() {  # NAME, then the command: its console in NAME.log, its start, end and exit status in phases.log
-  local name=$1 status=0; shift
-  echo "$(date +%T) $name" >> "$RUNS/phases.log"
-  timeout --kill-after 20 "$LIMIT" "$@" > "$RUNS/$name.log" 2>&1 < /dev/null || status=$?
-  echo "$(date +%T) $name exit $status" >> "$RUNS/phases.log"
-}
 
 wants() { [[ " $PARTS " == *" $1 "* ]]; }
 on_side() { [[ " $SIDES " == *" $1 "* ]]; }
@@ -71,7 +66,7 @@ rank_pid() {  # RANK OUTPUT_DIR: the pid of torchrun's worker of that rank writi
 kill_part() {
   local out="$RUNS/kill" latest="$RUNS/kill/checkpoints/latest"
   local kill_run=("${two[@]}" "${counting[@]}" --zero-stage 1 --dtype fp16 --save-every 2 --output-dir "$out")
-  echo "$(date +%T) kill" >> "$RUNS/phases.log"
+  phase kill
   python3 "${kill_run[@]}" --steps 1000 > "$RUNS/kill.log" 2>&1 < /dev/null &
   local launcher=$! start=$SECONDS
   until [ -f "$latest" ] || ! kill -0 "$launcher" 2> /dev/null || [ $((SECONDS - start)) -gt "$LIMIT" ]; do
@@ -88,12 +83,12 @@ kill_part() {
     echo "rank 1 (pid $rank1) killed after $(cat "$latest"); rank 0 ended ${rank0_s} s later, the launcher" \
       "$((SECONDS - killed)) s later with exit status $status" > "$RUNS/kill.txt"
     grep -h "^error: " "$RUNS/kill.log" >> "$RUNS/kill.txt"
-    logged kill-resume python3 "${kill_run[@]}" --resume --steps "$(( $(sed 's/step_//' "$latest") + 4 ))"
+    timed kill-resume "$LIMIT" python3 "${kill_run[@]}" --resume --steps "$(( $(sed 's/step_//' "$latest") + 4 ))"
   else
     kill -9 "$launcher" 2> /dev/null
     echo "no checkpoint within $LIMIT s, or no rank 1 found; nothing killed" > "$RUNS/kill.txt"
   fi
-  echo "$(date +%T) kill done" >> "$RUNS/phases.log"
+  phase kill done
 }
 
 if wants agree; then
@@ -106,7 +101,7 @@ if wants agree; then
   if on_side one; then
     for run in $AGREE; do
       # shellcheck disable=SC2046
-      CUDA_VISIBLE_DEVICES=$gpu logged "one-$run" python3 "${counting[@]}" $(agree_flags "$run") \
+      CUDA_VISIBLE_DEVICES=$gpu timed "one-$run" "$LIMIT" python3 "${counting[@]}" $(agree_flags "$run") \
         --output-dir "$RUNS/one-$run" &
       gpu=$((1 - gpu))
       sleep "$STAGGER"
@@ -117,7 +112,8 @@ if wants agree; then
   if on_side two; then
     for run in $AGREE; do
       # shellcheck disable=SC2046
-      logged "two-$run" python3 "${two[@]}" "${counting[@]}" $(agree_flags "$run") --output-dir "$RUNS/two-$run" &
+      timed "two-$run" "$LIMIT" python3 "${two[@]}" "${counting[@]}" $(agree_flags "$run") \
+        --output-dir "$RUNS/two-$run" &
       sleep "$STAGGER"
     done
   fi
@@ -133,7 +129,7 @@ if wants scaling; then
       > "$RUNS/shape.log" 2>&1
   shape=("${pair[@]}" --model "$model" --zero-stage 1 --dtype fp16 --prompts-per-step 8 --num-samples 8
          --max-new-tokens 4096 --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8 --steps 3)
-  on_side one && logged scaling-one python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
-  on_side two && logged scaling-two python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
+  on_side one && timed scaling-one "$LIMIT" python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
+  on_side two && timed scaling-two "$LIMIT" python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
 fi
-echo "$(date +%T) done" >> "$RUNS/phases.log"
+phase done
