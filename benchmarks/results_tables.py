@@ -492,6 +492,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
                            ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last", "reward_150")),
     "launcher": launcher_table,
     "two-gpus": lambda: script("experiments/h200/two_gpus_report.py").agree_table(RESULTS / "h200_two_gpus"),
+    "two-gpus-scaling": lambda: script("experiments/h200/two_gpus_report.py").scaling_lines(RESULTS / "h200_two_gpus"),
     "lab": lambda: lab_table(LAB, [
         ("token mean \\|Δ\\|", "mismatch/abs_logp_diff_mean", 3), ("max \\|Δ\\|", "mismatch/abs_logp_diff_max", 2),
         ("std of ρ", "mismatch/seq_logratio_std", 3), ("k3 (per token)", "mismatch/k3", 3),

@@ -361,6 +361,12 @@ def test_two_gpus_report_reads_real_runs_of_one_and_two_processes(tmp_path, embe
     assert kill.strip() == "kill\n\n(not run)"
     assert re.search(r"^efficiency: \d+\.\d\d \(one-GPU step", scaling, re.M)
     assert [line.split("|")[1].strip() for line in scaling.splitlines() if re.match(r"\| \d", line)] == ["1", "2"]
+    # A side that has not run yet leaves the other's row and no efficiency.
+    shutil.rmtree(runs / "scaling-two")
+    assert load_script("experiments/h200/two_gpus_report.py").main([str(runs)]) == 0
+    scaling = capsys.readouterr().out.split("## scaling")[1]
+    assert [line.split("|")[1].strip() for line in scaling.splitlines() if re.match(r"\| \d", line)] == ["1"]
+    assert "efficiency: – (scaling-two has not run)" in scaling
 
 
 def test_two_gpus_report_names_each_transport_nccl_set_up_once(tmp_path):

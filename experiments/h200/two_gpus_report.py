@@ -7,8 +7,8 @@ agree    per ZeRO stage and dtype (batch-invariant or not), the one-GPU run agai
          difference; the first step whose mean answer length differs (sampling followed another path from there);
          the run's mean reward and token |Δlogp| on each side; the transports NCCL reported in the two-GPU run's log
 kill     kill.txt, and whether the resumed run's steps follow on from the checkpoint with none missing or repeated
-scaling  the mean step over steps 2… (step 1 holds the start-up) and its split, rank 0's on one GPU and the slowest
-         rank's on two, and the efficiency: one-GPU step / (2 × two-GPU step)
+scaling  the mean step over steps 2… (step 1 holds the start-up), the final checkpoint left out, and its split, rank
+         0's on one GPU and the slowest rank's on two, and the efficiency: one-GPU step / (2 × two-GPU step)
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 from precision_oat.compare.loading import read_rows
-from precision_oat.compare.stats import mean_of, seconds_per_step
+from precision_oat.compare.stats import mean_of
+from precision_oat.runs.folder import STEP_PARTS
 
 PARTS = ("sample", "score", "update", "sync")
 CLOCKS = ("perf/", "time/")
@@ -92,20 +93,27 @@ def kill_lines(folder: Path) -> list[str]:
 
 
 def step_split(rows: list[dict], prefix: str) -> tuple[float, dict[str, float]]:
-    """The mean step over steps 2… and the mean of each part under ``prefix`` (``perf/time`` or ``perf/time_slowest``)."""
-    return seconds_per_step(rows), {part: mean_of(rows, f"{prefix}/{part}", slice(1, None)) for part in PARTS}
+    """Over steps 2…, the mean of each part under ``prefix`` (``perf/time`` or ``perf/time_slowest``), and the
+    step: their sum but the checkpoint's, which the last step writes and which is not what scaling is about."""
+    split = {part: mean_of(rows, f"{prefix}/{part}", slice(1, None)) or 0.0 for part in STEP_PARTS}
+    return sum(seconds for part, seconds in split.items() if part != "save"), split
 
 
 def scaling_lines(folder: Path) -> list[str]:
-    one, two = train_rows(folder / "scaling-one"), train_rows(folder / "scaling-two")
-    if len(one) < 2 or len(two) < 2:
+    """The table of the sides that logged two steps or more; the efficiency once both did."""
+    runs = ((1, train_rows(folder / "scaling-one"), "perf/time"),
+            (2, train_rows(folder / "scaling-two"), "perf/time_slowest"))
+    sides = [(gpus, rows, prefix) for gpus, rows, prefix in runs if len(rows) >= 2]
+    if not sides:
         return []
-    lines = [f"| GPUs | step | {' | '.join(PARTS)} |", f"|---|---|{'---|' * len(PARTS)}"]
+    lines = [f"| GPUs | step, its checkpoint left out | {' | '.join(PARTS)} |", f"|---|---|{'---|' * len(PARTS)}"]
     steps = []
-    for gpus, rows, prefix in ((1, one, "perf/time"), (2, two, "perf/time_slowest")):
+    for gpus, rows, prefix in sides:
         step, split = step_split(rows, prefix)
         steps.append(step)
         lines.append(f"| {gpus} | {step:.2f} s | {' | '.join(f'{split[p]:.2f} s' for p in PARTS)} |")
+    if len(steps) < 2:
+        return [*lines, "", f"efficiency: – (scaling-{'two' if sides[0][0] == 1 else 'one'} has not run)"]
     return [*lines, "", f"efficiency: {steps[0] / (2 * steps[1]):.2f} (one-GPU step / (2 × two-GPU step))"]
 
 
