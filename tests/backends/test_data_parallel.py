@@ -265,6 +265,19 @@ def test_a_start_that_fails_on_one_rank_stops_every_rank_naming_it(fails_on):
         assert got == [(0, line), (1, line)]
 
 
+def two_ranks(target, *args) -> list:
+    """What ``target(rank, port, *args, reports)`` puts on ``reports`` in two spawned processes, one item each,
+    sorted: ``port`` is a free one for their process group."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reports = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(target, args=(port, *args, reports), nprocs=2, start_method="spawn")
+    return sorted(reports.get() for _ in range(2))
+
+
 def _compare_configs(rank: int, port: int, failures) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
@@ -277,15 +290,8 @@ def _compare_configs(rank: int, port: int, failures) -> None:
 
 
 def test_ranks_started_with_other_flags_are_refused():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    failures = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(_compare_configs, args=(port, failures), nprocs=2, start_method="spawn")
-    messages = [failures.get() for _ in range(2)]
-    assert messages == ["rank 1 was started with other flags than rank 0 (seed); start every rank with the same command"] * 2
+    line = "rank 1 was started with other flags than rank 0 (seed); start every rank with the same command"
+    assert two_ranks(_compare_configs) == [line] * 2
 
 
 # The tensor collectives the World may call, and where their tensors were, per rank.
@@ -324,14 +330,7 @@ def _exchange(rank: int, port: int, device_type: str, backend: str, reports) -> 
 
 
 def collective_reports(device_type: str, backend: str) -> list:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    reports = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(_exchange, args=(port, device_type, backend, reports), nprocs=2, start_method="spawn")
-    return sorted(reports.get() for _ in range(2))
+    return two_ranks(_exchange, device_type, backend)
 
 
 def assert_collectives_on_the_world_device(reports: list) -> None:
@@ -393,15 +392,8 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
 @pytest.fixture(scope="module")
 def two_rank_checkpoints(tmp_path_factory):
     """(folder, [(rank, models it built while saving, step it resumed at)]) of :func:`_save_twice_then_resume`."""
-    import socket
-
     folder = tmp_path_factory.mktemp("two-ranks")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    reports = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(_save_twice_then_resume, args=(port, folder, reports), nprocs=2, start_method="spawn")
-    return folder, sorted(reports.get() for _ in range(2))
+    return folder, two_ranks(_save_twice_then_resume, folder)
 
 
 def _score_rows_of_other_lengths(rank: int, port: int, reports) -> None:
@@ -439,14 +431,7 @@ def _score_rows_of_other_lengths(rank: int, port: int, reports) -> None:
 def test_zero3_ranks_whose_rows_project_in_other_numbers_of_chunks_score_and_step_together():
     # Rank 0 projects 46 positions in 12 chunks of 4, rank 1 14 in 4: each call of the head gathers its weight
     # with every rank, so the rank with fewer chunks projects nothing the more times (before, both waited for ever).
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    reports = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(_score_rows_of_other_lengths, args=(port, reports), nprocs=2, start_method="spawn")
-    results = sorted(reports.get() for _ in range(2))
+    results = two_ranks(_score_rows_of_other_lengths)
     assert [rank for rank, _ in results] == [0, 1]
     for rank, gap in results:
         assert isinstance(gap, float) and gap < 1e-5, (rank, gap)
