@@ -173,6 +173,7 @@ RANK=1 /bin/bash -c 'while /bin/sleep 0.1; do :; done' rank "$out" & one=$!
 /bin/sleep 1
 echo step_2 > "$out/checkpoints/latest"
 while kill -0 $one 2> /dev/null; do /bin/sleep 0.1; done
+echo "SIGTERM: stopping after this step (again to stop now)"
 echo "error: rank 1 stopped"
 kill $zero
 exit 1
@@ -192,7 +193,7 @@ def test_two_gpus_kills_rank_1_once_a_checkpoint_exists_then_resumes_four_steps_
     report = (tmp_path / "runs" / "kill.txt").read_text().splitlines()
     assert re.fullmatch(r"rank 1 \(pid \d+\) killed after step_2; rank 0 ended \d+ s later, the launcher \d+ s later "
                         r"with exit status 1", report[0]), report
-    assert report[1:] == ["error: rank 1 stopped"]
+    assert report[1:] == ["SIGTERM: stopping after this step (again to stop now)", "error: rank 1 stopped"]
     started, resumed = (calls / "all").read_text().splitlines()
     assert resumed == f"{started.replace(' --steps 1000', '')} --resume --steps 6"
 

@@ -12,9 +12,9 @@
 #            model and captures CUDA graphs); NCCL logs its set-up (NCCL_DEBUG=INFO), so the logs show which
 #            transport each collective took.
 #   kill     a two-GPU run (ZeRO-1, fp16, a checkpoint every 2 steps) whose rank 1 is killed (kill -9) once a
-#            checkpoint exists; kill.txt records how long rank 0 and the launcher took to end and their exit
-#            status; the same command with --resume then runs 4 steps past the checkpoint. With agree, it runs
-#            beside the one-GPU runs.
+#            checkpoint exists; kill.txt records how long rank 0 and the launcher took to end, their exit status
+#            and rank 0's last word (its SIGTERM or error line); the same command with --resume then runs 4 steps
+#            past the checkpoint. With agree, it runs beside the one-GPU runs.
 #   scaling  the 1.5B shape (benchmarks/scale_ladder.py's qwen2.5-1.5b, random weights, SmolLM2's tokenizer), 8 × 8
 #            answers of 4,096 tokens, fp16, ZeRO-1, gradient checkpointing, 3 steps: on one GPU, then on two
 #            (scaling-one/, scaling-two/, each on its side of SIDES: the one-GPU side runs on a one-GPU machine
@@ -24,8 +24,9 @@
 #   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
 #   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh   (progress, and the results tar)
 #   python experiments/h200/two_gpus_report.py <results folder>  (the three parts' tables, here)
-# From the one-GPU runs' times, agree and kill together should take ~12 minutes and scaling ~8: PARTS spreads
-# them over calls or machines. Each run gets at most LIMIT seconds (default 600) before it is stopped, so a hang ends;
+# Measured: the four one-GPU runs with the kill part beside them took 8 minutes, the four two-GPU runs 9 (two of
+# them hung to their limit), the scaling's one-GPU side 5.5 (its model folder included); PARTS and SIDES spread the
+# work over calls or machines. Each run gets at most LIMIT seconds (default 600) before it is stopped, so a hang ends;
 # phases.log has every run's start, end and exit status. NVLink multicast stays off (the machine's own setting,
 # kept here for the runs).
 set -uo pipefail
@@ -50,7 +51,6 @@ counting=("${pair[@]}" --model "$HF" --prompts-per-step 8 --num-samples 4 --max-
           --learning-rate 2e-5 --micro-batch-size 4 --vllm-gpu-memory-utilization 0.05 --vllm-kv-cache-gb 6
           --no-vllm-enforce-eager)
 two=(-m torch.distributed.run --standalone --nproc-per-node 2)
-
 
 wants() { [[ " $PARTS " == *" $1 "* ]]; }
 on_side() { [[ " $SIDES " == *" $1 "* ]]; }
@@ -83,7 +83,7 @@ kill_part() {
     wait "$launcher" || status=$?
     echo "rank 1 (pid $rank1) killed after $(cat "$latest"); rank 0 ended ${rank0_s} s later, the launcher" \
       "$((SECONDS - killed)) s later with exit status $status" > "$RUNS/kill.txt"
-    grep -h "^error: " "$RUNS/kill.log" >> "$RUNS/kill.txt"
+    grep -h -E "^(error|SIGTERM): " "$RUNS/kill.log" >> "$RUNS/kill.txt"
     timed kill-resume "$LIMIT" python3 "${kill_run[@]}" --resume --steps "$(( $(sed 's/step_//' "$latest") + 4 ))"
   else
     kill -9 "$launcher" 2> /dev/null
