@@ -101,19 +101,21 @@ def step_split(rows: list[dict], prefix: str) -> tuple[float, dict[str, float]]:
 
 def scaling_lines(folder: Path) -> list[str]:
     """The table of the sides that logged two steps or more; the efficiency once both did."""
-    runs = ((1, train_rows(folder / "scaling-one"), "perf/time"),
-            (2, train_rows(folder / "scaling-two"), "perf/time_slowest"))
-    sides = [(gpus, rows, prefix) for gpus, rows, prefix in runs if len(rows) >= 2]
-    if not sides:
+    sides = {"one": (1, "perf/time"), "two": (2, "perf/time_slowest")}
+    rows = {side: train_rows(folder / f"scaling-{side}") for side in sides}
+    logged = [side for side in sides if len(rows[side]) >= 2]
+    if not logged:
         return []
     lines = [f"| GPUs | step, its checkpoint left out | {' | '.join(PARTS)} |", f"|---|---|{'---|' * len(PARTS)}"]
     steps = []
-    for gpus, rows, prefix in sides:
-        step, split = step_split(rows, prefix)
+    for side in logged:
+        gpus, prefix = sides[side]
+        step, split = step_split(rows[side], prefix)
         steps.append(step)
         lines.append(f"| {gpus} | {step:.2f} s | {' | '.join(f'{split[p]:.2f} s' for p in PARTS)} |")
     if len(steps) < 2:
-        return [*lines, "", f"efficiency: – (scaling-{'two' if sides[0][0] == 1 else 'one'} has not run)"]
+        missing = next(side for side in sides if side not in logged)
+        return [*lines, "", f"efficiency: – (scaling-{missing} has not run)"]
     return [*lines, "", f"efficiency: {steps[0] / (2 * steps[1]):.2f} (one-GPU step / (2 × two-GPU step))"]
 
 
