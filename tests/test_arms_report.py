@@ -45,3 +45,11 @@ def test_two_folders_holding_an_arm_of_the_same_name_are_refused_by_name(tmp_pat
     write_arm(tmp_path / "second" / "pg-bf16-s0", [0.1] * 12, [])
     with pytest.raises(SystemExit, match="both hold an arm named pg-bf16-s0; rename one of them"):
         report.load_arms([tmp_path / "first", tmp_path / "second"])
+
+
+def test_an_arm_named_without_a_seed_is_seed_0_of_the_curve_its_other_seeds_join(tmp_path):
+    write_arm(tmp_path / "pg-fp16-long", [0.5] * 12, [])
+    write_arm(tmp_path / "pg-fp16-long-s1", [0.4] * 12, [])
+    write_arm(tmp_path / "pg-bf16-long", [0.1] * 12, [])
+    groups = {g.label: g.seeds for g in report.arm_groups(report.load_arms([tmp_path]))}
+    assert sorted(groups.values()) == [[0], [0, 1]]

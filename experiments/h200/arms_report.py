@@ -113,10 +113,15 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
     return lines
 
 
+def arm_groups(arms: dict[str, list[dict]]) -> list:
+    """The arms as the library's groups of seeds, named as their NAMEs say (no ``s<N>``: seed 0, as arms.sh names them)."""
+    return group_runs([RunRecord(name, Path(name), rows, {"seed": 0, **config_from_name(name)})
+                       for name, rows in arms.items()])
+
+
 def figures(arms: dict[str, list[dict]], prefix: Path, title: str, threshold: float = 0.9) -> list[Path]:
-    """The library's comparison figures of the arms, their seeds grouped, named as their NAMEs say."""
-    runs = [RunRecord(name, Path(name), rows, config_from_name(name)) for name, rows in arms.items()]
-    return draw(group_runs(runs), prefix, title, threshold=threshold)
+    """The library's comparison figures of the arms, their seeds grouped."""
+    return draw(arm_groups(arms), prefix, title, threshold=threshold)
 
 
 def command_line() -> argparse.ArgumentParser:
