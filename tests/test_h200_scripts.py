@@ -153,8 +153,10 @@ def test_two_gpus_runs_each_command_on_one_gpu_and_on_two_under_torchrun_alike(t
 def test_two_gpus_runs_only_the_sides_named(tmp_path):
     (tmp_path / "runs" / "shape").mkdir(parents=True)
     (tmp_path / "runs" / "shape" / "config.json").write_text("{}")
-    calls = recorded_calls("experiments/h200/two_gpus.sh", 1, tmp_path, PARTS="scaling", SIDES="one")
+    calls = recorded_calls("experiments/h200/two_gpus.sh", 1, tmp_path, PARTS="scaling", SIDES="one",
+                           SCALING_PROMPTS="32")
     assert [argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1] for argv in calls] == ["scaling-one"]
+    assert parse(calls[0]).rollout.prompts_per_step == 32
     (tmp_path / "again").mkdir()
     calls = recorded_calls("experiments/h200/two_gpus.sh", 2, tmp_path / "again", PARTS="agree", SIDES="two",
                            AGREE="3-fp16 3-bf16")
@@ -362,6 +364,8 @@ def test_two_gpus_report_reads_real_runs_of_one_and_two_processes(tmp_path, embe
     assert kill.strip() == "kill\n\n(not run)"
     assert re.search(r"^efficiency: \d+\.\d\d \(one-GPU step", scaling, re.M)
     assert [line.split("|")[1].strip() for line in scaling.splitlines() if re.match(r"\| \d", line)] == ["1", "2"]
+    [efficiency] = [line for line in scaling.splitlines() if line.startswith("| efficiency |")]
+    assert efficiency.split("|")[2].strip() == re.search(r"^efficiency: (\S+)", scaling, re.M)[1]
     # A side that has not run yet leaves the other's row and no efficiency.
     shutil.rmtree(runs / "scaling-two")
     assert load_script("experiments/h200/two_gpus_report.py").main([str(runs)]) == 0

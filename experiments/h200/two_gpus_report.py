@@ -8,7 +8,8 @@ agree    per ZeRO stage and dtype (batch-invariant or not), the one-GPU run agai
          the run's mean reward and token |Δlogp| on each side; the transports NCCL reported in the two-GPU run's log
 kill     kill.txt, and whether the resumed run's steps follow on from the checkpoint with none missing or repeated
 scaling  the mean step over steps 2… (step 1 holds the start-up), the final checkpoint left out, and its split, rank
-         0's on one GPU and the slowest rank's on two, and the efficiency: one-GPU step / (2 × two-GPU step)
+         0's on one GPU and the slowest rank's on two, and the efficiency, one-GPU time / (2 × two-GPU time), of the step
+         and of each part
 """
 
 from __future__ import annotations
@@ -107,16 +108,18 @@ def scaling_lines(folder: Path) -> list[str]:
     if not logged:
         return []
     lines = [f"| GPUs | step, its checkpoint left out | {' | '.join(PARTS)} |", f"|---|---|{'---|' * len(PARTS)}"]
-    steps = []
+    times = []  # each side's step and its parts
     for side in logged:
         gpus, prefix = sides[side]
         step, split = step_split(rows[side], prefix)
-        steps.append(step)
+        times.append([step, *(split[p] for p in PARTS)])
         lines.append(f"| {gpus} | {step:.2f} s | {' | '.join(f'{split[p]:.2f} s' for p in PARTS)} |")
-    if len(steps) < 2:
+    if len(times) < 2:
         missing = next(side for side in sides if side not in logged)
         return [*lines, "", f"efficiency: – (scaling-{missing} has not run)"]
-    return [*lines, "", f"efficiency: {steps[0] / (2 * steps[1]):.2f} (one-GPU step / (2 × two-GPU step))"]
+    one, two = times
+    lines.append(f"| efficiency | {' | '.join(f'{a / (2 * b):.2f}' for a, b in zip(one, two))} |")
+    return [*lines, "", f"efficiency: {one[0] / (2 * two[0]):.2f} (one-GPU step / (2 × two-GPU step))"]
 
 
 def main(argv=None) -> int:
