@@ -71,9 +71,10 @@ def main(argv=None) -> dict:
     from precision_oat.samplers.sampler import SamplingParams
     from precision_oat.timing_scripts import figures, script_and_run_args
 
-    ours, run_flags, args = script_and_run_args(command_line(), argv)
+    parser = command_line()
+    ours, run_flags, args = script_and_run_args(parser, argv)
     if args.rollout.sampler != "vllm":
-        parser.error("--sampler vllm: these are the vLLM sampler's choices")
+        parser.error(f"--sampler {args.rollout.sampler}: this measures the vLLM sampler's host work; pass --sampler vllm")
     device = resolve_device(args.train.device)
     policy = load_policy(args.model)
     folder = Path(args.log.output_dir or "runs/sampler_host") / "vllm_init"
