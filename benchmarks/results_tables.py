@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from precision_oat.compare.loading import NAME
 from precision_oat.lab.lab import labelled_arms
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -340,7 +341,7 @@ def arms(*folders: str) -> dict[str, list[dict]]:
 
 def arm_label(name: str) -> tuple[tuple, str, str]:
     """("pg-fp16-s0") → its place in a table (dtype, then algorithm), its label ("IS-PG fp16 s0") and dtype."""
-    match = script("experiments/h200/arms_report.py").NAME.match(name)
+    match = NAME.match(name)
     algo, dtype = match.group("algo", "dtype")
     rest = name[len(f"{algo}-{dtype}-"):]
     return (DTYPE_ORDER.index(dtype), list(ALGOS).index(algo), rest), f"{ALGOS[algo]} {dtype} {rest}", dtype
@@ -397,7 +398,7 @@ def steps_to_threshold_table() -> list[str]:
     firsts: dict[str, list[int]] = {}
     for folder in ("h200_round5", "h200_round5/reference", "h200_round6", "h200_round7"):
         for name, rows in arms(folder).items():
-            algo, dtype = report.NAME.match(name).group("algo", "dtype")
+            algo, dtype = NAME.match(name).group("algo", "dtype")
             if algo in ("pg", "grpo"):
                 firsts.setdefault(dtype, []).append(report.arm_stats(rows)["first_step"])
     return markdown(["dtype", "IS-PG and GRPO runs, rounds 5–7", "first step to a 10-step mean of 0.9", "median"],

@@ -36,7 +36,7 @@ import argparse
 from pathlib import Path
 
 from precision_oat.compare.figures import draw
-from precision_oat.compare.loading import NAME, RunRecord, config_from_name, group_runs, metrics_files, read_rows
+from precision_oat.compare.loading import RunRecord, config_from_name, group_runs, metrics_files, read_rows
 from precision_oat.compare.stats import best_window, mean_of, seconds_per_step, window_means
 
 WINDOW_STARTS = (1, 21, 41, 61, 91, 141, 191, 241, 291)
