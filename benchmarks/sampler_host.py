@@ -74,7 +74,8 @@ def main(argv=None) -> dict:
     parser = command_line()
     ours, run_flags, args = script_and_run_args(parser, argv)
     if args.rollout.sampler != "vllm":
-        parser.error(f"--sampler {args.rollout.sampler}: this measures the vLLM sampler's host work; pass --sampler vllm")
+        parser.error(f"--sampler {args.rollout.sampler}: this measures the vLLM sampler's host work; "
+                     "pass --sampler vllm")
     device = resolve_device(args.train.device)
     policy = load_policy(args.model)
     folder = Path(args.log.output_dir or "runs/sampler_host") / "vllm_init"

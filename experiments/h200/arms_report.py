@@ -114,7 +114,8 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
 
 
 def arm_groups(arms: dict[str, list[dict]]) -> list:
-    """The arms as the library's groups of seeds, named as their NAMEs say (no ``s<N>``: seed 0, as arms.sh names them)."""
+    """The arms as the library's groups of seeds, named as their NAMEs say (no ``s<N>``: seed 0, as arms.sh
+    names them)."""
     return group_runs([RunRecord(name, Path(name), rows, {"seed": 0, **config_from_name(name)})
                        for name, rows in arms.items()])
 

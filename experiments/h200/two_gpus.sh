@@ -131,7 +131,8 @@ if wants scaling; then
     PYTHONPATH="$HERE:${PYTHONPATH:-}" python3 "$HERE/experiments/h200/shape_folder.py" qwen2.5-1.5b "$HF" "$model" \
       > "$RUNS/shape.log" 2>&1
   shape=("${pair[@]}" --model "$model" --zero-stage 1 --dtype fp16 --prompts-per-step "${SCALING_PROMPTS:-8}"
-         --num-samples 8 --max-new-tokens 4096 --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8 --steps 3)
+         --num-samples 8 --max-new-tokens 4096 --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8
+         --steps 3)
   on_side one && timed scaling-one "$LIMIT" python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
   on_side two && timed scaling-two "$LIMIT" python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
 fi

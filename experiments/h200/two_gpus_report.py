@@ -8,8 +8,8 @@ agree    per ZeRO stage and dtype (batch-invariant or not), the one-GPU run agai
          the run's mean reward and token |Δlogp| on each side; the transports NCCL reported in the two-GPU run's log
 kill     kill.txt, and whether the resumed run's steps follow on from the checkpoint with none missing or repeated
 scaling  the mean step over steps 2… (step 1 holds the start-up), the final checkpoint left out, and its split, rank
-         0's on one GPU and the slowest rank's on two, and the efficiency, one-GPU time / (2 × two-GPU time), of the step
-         and of each part
+         0's on one GPU and the slowest rank's on two, and the efficiency, one-GPU time / (2 × two-GPU time), of the
+         step and of each part
 """
 
 from __future__ import annotations
