@@ -7,8 +7,13 @@
 # and oat venvs a missing stack is an error, not a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-suites=("${@:-core vllm oat}")
-suites=(${suites[@]})
+[ "$#" -gt 0 ] || set -- core vllm oat
+for suite in "$@"; do
+    case "$suite" in
+        core|vllm|oat) ;;
+        *) echo "unknown suite $suite: the suites are core, vllm and oat" >&2; exit 2 ;;
+    esac
+done
 
 run_pytest() {
     local python=$1; shift
@@ -21,7 +26,7 @@ run_pytest() {
     return "$rc"
 }
 
-for suite in "${suites[@]}"; do
+for suite in "$@"; do
     echo "=== $suite suite ==="
     if [ "$suite" != core ] && [ ! -d "tests/$suite" ]; then
         echo "(no tests/$suite in this checkout)"
@@ -38,10 +43,6 @@ for suite in "${suites[@]}"; do
         oat)
             venv=$(bash scripts/oat_env.sh | tail -1)
             PRECISION_OAT_REQUIRE=oat run_pytest "$venv/bin/python" tests/oat
-            ;;
-        *)
-            echo "unknown suite $suite (core, vllm, oat)" >&2
-            exit 2
             ;;
     esac
 done

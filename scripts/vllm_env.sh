@@ -46,7 +46,7 @@ if [ ! -f "$MARKER" ]; then
     "${PIP[@]}" -r <(grep -vE '^deepspeed==' "$REQ") -c "$REQ" >&2
     # DeepSpeed builds from source against the torch above, as the Makefile builds it; its ops compile on first use.
     DS_BUILD_OPS=0 "${PIP[@]}" --no-build-isolation -c "$REQ" "$(grep -E '^deepspeed==' "$REQ")" >&2
-    "${PIP[@]}" -c "$REQ" -e "$REPO[dev]" >&2
+    "${PIP[@]}" -c "$REQ" -e "${REPO}[dev]" >&2
     # Their PyPI builds are compiled against other torch releases and break vLLM's imports.
     "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >&2 || true
     "$VENV/bin/python" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' >&2

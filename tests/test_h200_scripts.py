@@ -19,6 +19,7 @@ import time
 import pytest
 import tyro
 
+from precision_oat.compare.loading import NAME
 from tests.conftest import REPO, load_script
 
 RECORDER = """#!{python}
@@ -292,11 +293,10 @@ def test_a_named_set_runs_its_arms_at_the_long_setting_under_names_the_report_re
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     (tmp_path / "smolhf").mkdir()
     calls = recorded_calls("experiments/h200/arms.sh", 2, tmp_path, SET=name, EXTRA="--learning-rate 3e-5")
-    report = load_script("experiments/h200/arms_report.py")
     found = {}
     for argv in calls:
         arm, args = argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1], parse(argv)
-        assert report.NAME.fullmatch(arm)["algo"] == args.algorithm.algo
+        assert NAME.fullmatch(arm)["algo"] == args.algorithm.algo
         assert (args.rollout.max_new_tokens, args.train.learning_rate) == (1280, 3e-5)  # EXTRA over the setting
         assert args.train.steps == 150
         found[arm] = (args.precision.dtype, args.precision.sampler_dtype or "same", args.precision.lm_head_dtype)

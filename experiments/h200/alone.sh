@@ -65,4 +65,4 @@ part atlas-counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 
 part atlas-invariant "${pair[@]}" "${math[@]}" --batch-invariant --dtypes bf16 fp16 fp32 --output-dir "$RUNS/atlas-invariant"
 part atlas-invariant-counting "${pair[@]}" --task counting --num-prompts 64 --num-samples 4 --max-new-tokens 768 \
   --batch-invariant --dtypes bf16 fp16 fp32 --output-dir "$RUNS/atlas-invariant-counting"
-phase done
+phase "done"

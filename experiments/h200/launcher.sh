@@ -30,4 +30,4 @@ measured() {  # NAME, then the command
 
 measured plain python3 "${run[@]}"
 measured torchrun python3 -m torch.distributed.run --standalone --nproc-per-node 1 "${run[@]}"
-phase done
+phase "done"

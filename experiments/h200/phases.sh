@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the H200 scripts: each run's start, end and exit status in $RUNS/phases.log, which report.sh prints.
 
 phase() {  # a line of phases.log, after the time

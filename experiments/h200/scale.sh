@@ -53,4 +53,4 @@ done
 
 ladder ladder-4k-compiled --models qwen2.5-1.5b --response-lengths 4096 --micro-batch-sizes 8 \
   --no-gradient-checkpointing --compile-layers --profile
-phase done
+phase "done"

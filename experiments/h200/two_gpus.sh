@@ -91,7 +91,7 @@ kill_part() {
     kill -9 "$launcher" 2> /dev/null
     echo "no checkpoint within $LIMIT s, or no rank 1 found; nothing killed" > "$RUNS/kill.txt"
   fi
-  phase kill done
+  phase kill "done"
 }
 
 if wants agree; then
@@ -136,4 +136,4 @@ if wants scaling; then
   on_side one && timed scaling-one "$LIMIT" python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
   on_side two && timed scaling-two "$LIMIT" python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
 fi
-phase done
+phase "done"
