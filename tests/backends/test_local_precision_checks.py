@@ -47,10 +47,32 @@ def _scaled_policy(source, folder, target_max: float):
 
 @pytest.fixture(scope="module")
 def near_overflow(embedded_policy_dir, tmp_path_factory):
-    # Largest activation 40000 on the prompts (headroom 1.64x), a little higher on the responses the run's
-    # preflight samples after them (by 2% on one CPU's kernels, by over 9% on another's): fp16 still holds
-    # it (headroom between 1.2x and 2x), the default 2x margin refuses it.
-    return _scaled_policy(embedded_policy_dir, tmp_path_factory.mktemp("near"), 4.0e4)
+    """The embedded policy with fp16 headroom of 1.4x–1.75x where the run's preflight looks: fp16 still holds it,
+    the default 2x margin refuses it.
+
+    The run measures its first prompts each followed by a response it samples, and what a response adds depends
+    on the CPU's kernels (2% on one, 68% on another), so layer 1's down_proj is scaled until that measurement
+    itself, not the prompts' alone, lands in the band."""
+    model = AutoModelForCausalLM.from_pretrained(embedded_policy_dir).float()
+    tokenizer = AutoTokenizer.from_pretrained(embedded_policy_dir)
+    task, args = ArithmeticTask(), make_args()
+    prompts = [encode_prompt(task, tokenizer, e)
+               for e in prompts_of_step(task.train_set(), 0, args.rollout.prompts_per_step, args.train.seed)]
+    responses = driver.preflight_responses(args.rollout, args.train.seed, tokenizer)
+    target = 1.55
+    for _ in range(8):
+        headroom = run_preflight(model, prompts, initial_loss_scale=1.0, device="cpu",
+                                 responses=responses)["min_headroom"]["headroom"]
+        if 1.4 < headroom < 1.75:
+            break
+        with torch.no_grad():
+            model.model.layers[1].mlp.down_proj.weight.mul_(headroom / target)
+    else:
+        pytest.fail(f"could not bring the preflight's headroom into 1.4x–1.75x (last {headroom:.3g}x)")
+    folder = tmp_path_factory.mktemp("near")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def test_fp16_run_passes_the_preflight_and_records_the_contract(tmp_path, embedded_policy_dir, capsys):

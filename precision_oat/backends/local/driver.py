@@ -115,6 +115,12 @@ def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
     return policy, task, examples
 
 
+def preflight_responses(rollout: RolloutArgs, seed: int, tokenizer) -> SamplingParams:
+    """How the fp16 preflight samples the response it measures after each of the run's first prompts: as the run."""
+    return SamplingParams(temperature=rollout.temperature, top_p=rollout.top_p, max_new_tokens=rollout.max_new_tokens,
+                          stop_token_ids=stop_token_ids(tokenizer), seed=seed)
+
+
 def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: Optional[type], actor_class: type,
               policy: Policy, task: Task, examples: list) -> Run:
     """The parts of a run in its claimed folder ``out`` (config.json is written, a resume has been checked)."""
@@ -130,11 +136,9 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
     say(f"precision contract: {describe_contract(run_contract(args.precision, args.lora))}", flush=True)
     if not args.log.resume and world.is_main:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
-        responses = SamplingParams(temperature=args.rollout.temperature, top_p=args.rollout.top_p,
-                                   max_new_tokens=args.rollout.max_new_tokens,
-                                   stop_token_ids=stop_token_ids(policy.tokenizer), seed=args.train.seed)
         before_fp16_run(policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision,
-                        args.precision, out, device, log=lambda line: say(line, flush=True), responses=responses,
+                        args.precision, out, device, log=lambda line: say(line, flush=True),
+                        responses=preflight_responses(args.rollout, args.train.seed, policy.tokenizer),
                         chunk_size=args.train.logprob_chunk_size)
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
