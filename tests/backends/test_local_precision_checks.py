@@ -27,19 +27,28 @@ from tests.backends.helpers import make_args
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _scaled_policy(source, folder, target_max: float):
-    """The embedded policy with layer 1's down_proj scaled so that its largest output on the run's
-    first prompts is ``target_max``: the residual stream carries it, fp16 overflows above 65504."""
+def _scaled_policy(source, folder, low: float, high: float, responses: bool):
+    """The embedded policy with layer 1's down_proj scaled (the residual stream carries it) until the fp16
+    headroom the preflight measures on the run's first prompts lies between ``low`` and ``high``; with
+    ``responses``, each prompt followed by the response the run samples after it, as the run's own preflight
+    measures them. What a response adds depends on the CPU's kernels (2% on one, 68% on another), so a policy
+    meant to sit just inside fp16 is placed by that measurement itself."""
     model = AutoModelForCausalLM.from_pretrained(source).float()
     tokenizer = AutoTokenizer.from_pretrained(source)
-    task = ArithmeticTask()
-    args = make_args()
-    first = prompts_of_step(task.train_set(), 0, args.rollout.prompts_per_step, args.train.seed)
-    report = run_preflight(model, [encode_prompt(task, tokenizer, e) for e in first], initial_loss_scale=1.0,
-                           device="cpu")
-    current = next(r["max_abs"] for r in report["modules"] if r["name"] == "model.layers.1.mlp.down_proj")
-    with torch.no_grad():
-        model.model.layers[1].mlp.down_proj.weight.mul_(target_max / current)
+    task, args = ArithmeticTask(), make_args()
+    prompts = [encode_prompt(task, tokenizer, e)
+               for e in prompts_of_step(task.train_set(), 0, args.rollout.prompts_per_step, args.train.seed)]
+    sampling = driver.preflight_responses(args.rollout, args.train.seed, tokenizer) if responses else None
+    target = (low * high) ** 0.5
+    for _ in range(8):
+        headroom = run_preflight(model, prompts, initial_loss_scale=1.0, device="cpu",
+                                 responses=sampling)["min_headroom"]["headroom"]
+        if low < headroom < high:
+            break
+        with torch.no_grad():
+            model.model.layers[1].mlp.down_proj.weight.mul_(headroom / target)
+    else:
+        pytest.fail(f"could not bring the preflight's headroom into {low:g}x–{high:g}x (last {headroom:.3g}x)")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -47,32 +56,8 @@ def _scaled_policy(source, folder, target_max: float):
 
 @pytest.fixture(scope="module")
 def near_overflow(embedded_policy_dir, tmp_path_factory):
-    """The embedded policy with fp16 headroom of 1.4x–1.75x where the run's preflight looks: fp16 still holds it,
-    the default 2x margin refuses it.
-
-    The run measures its first prompts each followed by a response it samples, and what a response adds depends
-    on the CPU's kernels (2% on one, 68% on another), so layer 1's down_proj is scaled until that measurement
-    itself, not the prompts' alone, lands in the band."""
-    model = AutoModelForCausalLM.from_pretrained(embedded_policy_dir).float()
-    tokenizer = AutoTokenizer.from_pretrained(embedded_policy_dir)
-    task, args = ArithmeticTask(), make_args()
-    prompts = [encode_prompt(task, tokenizer, e)
-               for e in prompts_of_step(task.train_set(), 0, args.rollout.prompts_per_step, args.train.seed)]
-    responses = driver.preflight_responses(args.rollout, args.train.seed, tokenizer)
-    target = 1.55
-    for _ in range(8):
-        headroom = run_preflight(model, prompts, initial_loss_scale=1.0, device="cpu",
-                                 responses=responses)["min_headroom"]["headroom"]
-        if 1.4 < headroom < 1.75:
-            break
-        with torch.no_grad():
-            model.model.layers[1].mlp.down_proj.weight.mul_(headroom / target)
-    else:
-        pytest.fail(f"could not bring the preflight's headroom into 1.4x–1.75x (last {headroom:.3g}x)")
-    folder = tmp_path_factory.mktemp("near")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    """fp16 still holds it where the run's preflight looks, and the default 2x margin refuses it."""
+    return _scaled_policy(embedded_policy_dir, tmp_path_factory.mktemp("near"), 1.4, 1.75, responses=True)
 
 
 def test_fp16_run_passes_the_preflight_and_records_the_contract(tmp_path, embedded_policy_dir, capsys):
@@ -118,7 +103,8 @@ def test_fp16_run_below_the_margin_is_refused_unless_skipped_and_resume_does_not
 
 
 def test_cli_refuses_an_overflowing_model_in_one_line(tmp_path, embedded_policy_dir):
-    model = _scaled_policy(embedded_policy_dir, tmp_path / "model", 2.0e5)
+    # About 3x past fp16's limit on the prompts (a largest activation near 2e5).
+    model = _scaled_policy(embedded_policy_dir, tmp_path / "model", 0.25, 0.45, responses=False)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     run = subprocess.run([sys.executable, "-m", "precision_oat.main", "--model", str(model), "--steps", "1",
                           "--prompts-per-step", "4", "--num-samples", "2", "--wandb-mode", "disabled",
