@@ -156,7 +156,7 @@ def test_two_gpus_runs_only_the_sides_named(tmp_path):
     (tmp_path / "runs" / "shape" / "config.json").write_text("{}")
     calls = recorded_calls("experiments/h200/two_gpus.sh", 1, tmp_path, PARTS="scaling", SIDES="one",
                            SCALING_PROMPTS="32")
-    assert [argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1] for argv in calls] == ["scaling-one"]
+    assert [argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1] for argv in calls] == ["scaling32-one"]
     assert parse(calls[0]).rollout.prompts_per_step == 32
     (tmp_path / "again").mkdir()
     calls = recorded_calls("experiments/h200/two_gpus.sh", 2, tmp_path / "again", PARTS="agree", SIDES="two",
@@ -372,6 +372,12 @@ def test_two_gpus_report_reads_real_runs_of_one_and_two_processes(tmp_path, embe
     scaling = capsys.readouterr().out.split("## scaling")[1]
     assert [line.split("|")[1].strip() for line in scaling.splitlines() if re.match(r"\| \d", line)] == ["1"]
     assert "efficiency: – (scaling-two has not run)" in scaling
+    # Another number of prompts a step (SCALING_PROMPTS=32) has a table of its own, beside the default's.
+    shutil.copytree(runs / "one-1-fp32", runs / "scaling32-one")
+    assert load_script("experiments/h200/two_gpus_report.py").main([str(runs)]) == 0
+    default, at_32 = capsys.readouterr().out.split("## scaling")[1:]
+    assert at_32.startswith(" at 32 prompts a step") and "efficiency: – (scaling32-two has not run)" in at_32
+    assert "(scaling-two has not run)" in default
 
 
 def test_two_gpus_report_names_each_transport_nccl_set_up_once(tmp_path):

@@ -17,10 +17,10 @@
 #            past the checkpoint. With agree, it runs beside the one-GPU runs.
 #   scaling  the 1.5B shape (benchmarks/scale_ladder.py's qwen2.5-1.5b, random weights, SmolLM2's tokenizer), 8 × 8
 #            answers of 4,096 tokens (SCALING_PROMPTS × 8: the prompts a step, default 8), fp16, ZeRO-1, gradient
-#            checkpointing, 3 steps: on one GPU, then on two (scaling-one/, scaling-two/, each on its side of SIDES:
-#            the one-GPU side runs on a one-GPU machine too); efficiency = one-GPU step / (2 × two-GPU step). At 64
-#            answers it was 0.64, the sampler's decode hardly shrinking with half the batch; more prompts a step
-#            measure where it rises.
+#            checkpointing, 3 steps: on one GPU, then on two (scaling-one/, scaling-two/, or scaling<N>-one/ … at
+#            SCALING_PROMPTS=N other than 8; each on its side of SIDES: the one-GPU side runs on a one-GPU machine
+#            too); efficiency = one-GPU step / (2 × two-GPU step). At 64 answers it was 0.67, the sampler's decode
+#            hardly shrinking with half the batch; more prompts a step measure where it rises.
 #
 # Usage on the nvidia-h200-x2 machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
@@ -130,10 +130,13 @@ if wants scaling; then
   [ -f "$model/config.json" ] ||
     PYTHONPATH="$HERE:${PYTHONPATH:-}" python3 "$HERE/experiments/h200/shape_folder.py" qwen2.5-1.5b "$HF" "$model" \
       > "$RUNS/shape.log" 2>&1
-  shape=("${pair[@]}" --model "$model" --zero-stage 1 --dtype fp16 --prompts-per-step "${SCALING_PROMPTS:-8}"
+  prompts=${SCALING_PROMPTS:-8}
+  scaling=scaling
+  [ "$prompts" = 8 ] || scaling=scaling$prompts  # scaling32-one/ at 32 prompts
+  shape=("${pair[@]}" --model "$model" --zero-stage 1 --dtype fp16 --prompts-per-step "$prompts"
          --num-samples 8 --max-new-tokens 4096 --max-prompt-length 1024 --gradient-checkpointing --micro-batch-size 8
          --steps 3)
-  on_side one && timed scaling-one "$LIMIT" python3 "${shape[@]}" --output-dir "$RUNS/scaling-one"
-  on_side two && timed scaling-two "$LIMIT" python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/scaling-two"
+  on_side one && timed "$scaling-one" "$LIMIT" python3 "${shape[@]}" --output-dir "$RUNS/$scaling-one"
+  on_side two && timed "$scaling-two" "$LIMIT" python3 "${two[@]}" "${shape[@]}" --output-dir "$RUNS/$scaling-two"
 fi
 phase "done"

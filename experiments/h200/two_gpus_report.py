@@ -9,7 +9,7 @@ agree    per ZeRO stage and dtype (batch-invariant or not), the one-GPU run agai
 kill     kill.txt, and whether the resumed run's steps follow on from the checkpoint with none missing or repeated
 scaling  the mean step over steps 2… (step 1 holds the start-up), the final checkpoint left out, and its split, rank
          0's on one GPU and the slowest rank's on two, and the efficiency, one-GPU time / (2 × two-GPU time), of the
-         step and of each part
+         step and of each part; one table for each number of prompts a step the folder holds (scaling<N>-one/ …)
 """
 
 from __future__ import annotations
@@ -100,13 +100,25 @@ def step_split(rows: list[dict], prefix: str) -> tuple[float, dict[str, float]]:
     return sum(seconds for part, seconds in split.items() if part != "save"), split
 
 
-def scaling_lines(folder: Path) -> list[str]:
+def scaling_name(prompts: int) -> str:
+    """The scaling part's folder name before -one / -two at ``prompts`` prompts a step (two_gpus.sh's)."""
+    return "scaling" if prompts == 8 else f"scaling{prompts}"
+
+
+def scaling_prompts(folder: Path) -> list[int]:
+    """The prompts a step of each scaling measurement the folder holds (either side), in order."""
+    found = (re.fullmatch(r"scaling(\d*)-(?:one|two)", path.name) for path in folder.iterdir() if path.is_dir())
+    return sorted({int(match[1] or 8) for match in found if match})
+
+
+def scaling_lines(folder: Path, prompts: int = 8) -> list[str]:
     """The table of the sides that logged two steps or more; the efficiency once both did."""
+    name = scaling_name(prompts)
     sides = {"one": (1, "perf/time"), "two": (2, "perf/time_slowest")}
-    rows = {side: train_rows(folder / f"scaling-{side}") for side in sides}
+    rows = {side: train_rows(folder / f"{name}-{side}") for side in sides}
     logged = [side for side in sides if len(rows[side]) >= 2]
     if not logged:
-        return []
+        return ["(no side has logged two steps; step 1 holds the start-up)"] if any(rows.values()) else []
     lines = [f"| GPUs | step, its checkpoint left out | {' | '.join(PARTS)} |", f"|---|---|{'---|' * len(PARTS)}"]
     times = []  # each side's step and its parts
     for side in logged:
@@ -116,7 +128,7 @@ def scaling_lines(folder: Path) -> list[str]:
         lines.append(f"| {gpus} | {step:.2f} s | {' | '.join(f'{split[p]:.2f} s' for p in PARTS)} |")
     if len(times) < 2:
         missing = next(side for side in sides if side not in logged)
-        return [*lines, "", f"efficiency: – (scaling-{missing} has not run)"]
+        return [*lines, "", f"efficiency: – ({name}-{missing} has not run)"]
     one, two = times
     lines.append(f"| efficiency | {' | '.join(f'{a / (2 * b):.2f}' for a, b in zip(one, two))} |")
     return [*lines, "", f"efficiency: {one[0] / (2 * two[0]):.2f} (one-GPU step / (2 × two-GPU step))"]
@@ -128,8 +140,9 @@ def main(argv=None) -> int:
     folder = parser.parse_args(argv).folder
     if not folder.is_dir():
         parser.error(f"{folder}: no such folder; pass the RUNS folder two_gpus.sh wrote")
-    for title, lines in (("agree", agree_table(folder)), ("kill", kill_lines(folder)),
-                         ("scaling", scaling_lines(folder))):
+    scaling = [(f"scaling at {prompts} prompts a step" if prompts != 8 else "scaling", scaling_lines(folder, prompts))
+               for prompts in scaling_prompts(folder) or [8]]
+    for title, lines in (("agree", agree_table(folder)), ("kill", kill_lines(folder)), *scaling):
         print(f"## {title}\n")
         print("\n".join(lines) if lines else "(not run)")
         print()
