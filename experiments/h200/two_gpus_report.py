@@ -100,11 +100,6 @@ def step_split(rows: list[dict], prefix: str) -> tuple[float, dict[str, float]]:
     return sum(seconds for part, seconds in split.items() if part != "save"), split
 
 
-def scaling_name(prompts: int) -> str:
-    """The scaling part's folder name before -one / -two at ``prompts`` prompts a step (two_gpus.sh's)."""
-    return "scaling" if prompts == 8 else f"scaling{prompts}"
-
-
 def scaling_prompts(folder: Path) -> list[int]:
     """The prompts a step of each scaling measurement the folder holds (either side), in order."""
     found = (re.fullmatch(r"scaling(\d*)-(?:one|two)", path.name) for path in folder.iterdir() if path.is_dir())
@@ -113,7 +108,7 @@ def scaling_prompts(folder: Path) -> list[int]:
 
 def scaling_lines(folder: Path, prompts: int = 8) -> list[str]:
     """The table of the sides that logged two steps or more; the efficiency once both did."""
-    name = scaling_name(prompts)
+    name = "scaling" if prompts == 8 else f"scaling{prompts}"  # two_gpus.sh's folder names
     sides = {"one": (1, "perf/time"), "two": (2, "perf/time_slowest")}
     rows = {side: train_rows(folder / f"{name}-{side}") for side in sides}
     logged = [side for side in sides if len(rows[side]) >= 2]
