@@ -198,7 +198,7 @@ def test_the_checkpoint_folder_in_runs_is_the_one_the_code_writes():
     for name in names:
         step = STEP_FOLDER.match(name)
         assert step, f"docs/runs.md: checkpoints/{name}/ is not a step folder"
-        # save_checkpoint names the folder of step s f"step_{s:06d}".
+        # write_checkpoint names the folder of step s f"step_{s:06d}".
         assert name == f"step_{int(step.group(1)):06d}", f"docs/runs.md: checkpoints/{name}/ is not six digits"
 
 

@@ -8,7 +8,9 @@ and plain values only, so it loads with ``torch.load(weights_only=True)``.
 
 Durability: the checkpoint is written to a temporary folder, every file and folder in it is
 fsynced, it is renamed into place, then ``latest`` is replaced atomically and the parent
-folder fsynced. A run killed at any point leaves the previous checkpoint intact. Resuming
+folder fsynced. A run killed at any point leaves the previous checkpoint intact. The run loop
+commits (renames) a step's checkpoint only after writing that step's metrics record, so a resume
+never starts past the last record: metrics.jsonl has no gap whenever the run was killed. Resuming
 walks the checkpoints newest first and takes the first whose files every rank can read,
 warning about each one it skips (torn files, a missing learner state, a ``latest`` naming a
 missing folder). The ranks decide together, before any of them loads: a rank that fell back
@@ -44,38 +46,46 @@ STEP_FOLDER = re.compile(r"^step_(\d+)$")
 UNREADABLE = (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
 
 
-def save_checkpoint(output_dir: Path, step: int, learner, tokenizer, keep: Optional[int] = None,
-                    world: World = SINGLE) -> Path:
-    """Write checkpoint ``step``, point ``latest`` at it, and keep the newest ``keep`` (None: all).
+def write_checkpoint(output_dir: Path, step: int, learner, tokenizer, world: World = SINGLE) -> Path:
+    """Write checkpoint ``step`` into a hidden folder, every file fsynced; return that folder for
+    :func:`commit_checkpoint`. No resume finds it before the commit.
 
     Every rank takes part (gathering the weights and DeepSpeed's shards are collective); rank 0
     writes the rest.
     """
-    root = output_dir / "checkpoints"
-    final = root / f"step_{step:06d}"
-    tmp = root / f".step_{step:06d}.tmp"
+    written = output_dir / "checkpoints" / f".step_{step:06d}.tmp"
     if world.is_main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        shutil.rmtree(written, ignore_errors=True)
+        written.mkdir(parents=True)
     world.barrier()
     policy = export_policy(learner, world)
-    learner.save_state(tmp)
+    learner.save_state(written)
     world.barrier()
     if world.is_main:
         with quiet_save():
-            policy.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-        torch.save({"step": step, "rng": rng_states(), "world_size": world.size}, tmp / "trainer_state.pt")
-        _fsync_tree(tmp)
+            policy.save_pretrained(written)
+            tokenizer.save_pretrained(written)
+        torch.save({"step": step, "rng": rng_states(), "world_size": world.size}, written / "trainer_state.pt")
+        _fsync_tree(written)
+    return written
+
+
+def commit_checkpoint(written: Path, keep: Optional[int] = None, world: World = SINGLE) -> Path:
+    """Rename a written checkpoint into place, point ``latest`` at it, and keep the newest ``keep`` (None: all).
+
+    Rank 0's alone and no collective, so a rank that dies cannot stop it halfway.
+    """
+    root = written.parent
+    final = root / written.name.removeprefix(".").removesuffix(".tmp")
+    if world.is_main:
         shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        written.rename(final)
         pointer = root / "latest.tmp"
         pointer.write_text(final.name)
         _fsync(pointer)
         os.replace(pointer, root / "latest")
         _fsync(root)
         prune_checkpoints(root, keep)
-    world.barrier()
     return final
 
 

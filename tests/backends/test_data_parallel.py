@@ -187,6 +187,47 @@ def test_when_a_rank_dies_the_others_stop(tmp_path, embedded_policy_dir):
             run.wait()
 
 
+# The command, with one process killed at step 2 after the step's checkpoint is written and before its line is:
+# rank 0 as it writes the line, or rank 1 as the ranks exchange their time splits for it.
+DIES_BEFORE_THE_LINE_OF_STEP_2 = """
+import os, runpy, signal
+from precision_oat.backends.local import loop
+from precision_oat.runs.log import RunLog
+
+def dying(real):
+    def at_step_2(first, metrics, *rest, **kwargs):
+        if metrics["step"] == 2 and os.environ.get("RANK", "0") == "{rank}":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(first, metrics, *rest, **kwargs)
+    return at_step_2
+
+{target} = dying({target})
+runpy.run_module("precision_oat.main", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("processes, target, rank", [(1, "RunLog.log", 0), (2, "loop.rank_times", 1)])
+def test_a_run_killed_between_a_checkpoint_and_its_line_resumes_with_no_step_missing(
+        tmp_path, embedded_policy_dir, processes, target, rank):
+    entry = tmp_path / "dies.py"
+    entry.write_text(DIES_BEFORE_THE_LINE_OF_STEP_2.format(target=target, rank=rank))
+    flags = ["--model", str(embedded_policy_dir), *COMMON, "--save-every", "1", "--steps", "4"]
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    died = launch(*flags, "--output-dir", str(killed), processes=processes, entry=(str(entry),))
+    assert died.returncode != 0, died.stdout + died.stderr
+    # Step 2's checkpoint was written but never committed: the resume goes on from step 1, the last line.
+    assert [r["step"] for r in rows(killed)] == [1]
+    assert (killed / "checkpoints" / "latest").read_text() == "step_000001"
+    for folder, extra in ((killed, ["--resume"]), (whole, [])):
+        done = launch(*flags, *extra, "--output-dir", str(folder), processes=processes)
+        assert done.returncode == 0, done.stdout + done.stderr
+    a, b = rows(whole), rows(killed)
+    assert [r["step"] for r in b] == [r["step"] for r in a] == [1, 2, 3, 4]
+    for x, y in zip(a, b):
+        assert {k: v for k, v in y.items() if not k.startswith(("perf/", "time/"))} == \
+            {k: v for k, v in x.items() if not k.startswith(("perf/", "time/"))}, x["step"]
+
+
 def rank_pid(rank: int) -> int:
     """The pid of the training process with RANK=rank (torchrun's children)."""
     for entry in Path("/proc").iterdir():
@@ -360,7 +401,7 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
 
     from precision_oat.backends.local.driver import build_learner
     from precision_oat.rl.settings import learner_settings
-    from precision_oat.runs.checkpoint import resume_checkpoint, save_checkpoint
+    from precision_oat.runs.checkpoint import commit_checkpoint, resume_checkpoint, write_checkpoint
     from tests.conftest import byte_tokenizer, tiny_model
     from tests.backends.helpers import make_args
 
@@ -375,7 +416,8 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
         export_model = learner.export_model
         learner.export_model = lambda: built.append(rank) or export_model()
         for step in (1, 2):
-            save_checkpoint(folder, step, learner, byte_tokenizer(), world=world)
+            commit_checkpoint(write_checkpoint(folder, step, learner, byte_tokenizer(), world), world=world)
+        world.barrier()  # rank 0 commits alone
         if rank == 1:
             shard = next((folder / "checkpoints" / "step_000002" / "deepspeed").glob("*zero_pp_rank_1_*optim_states.pt"))
             shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])

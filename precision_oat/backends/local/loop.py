@@ -33,7 +33,7 @@ from precision_oat.precision.weight_sync import push_weights
 from precision_oat.rl.actor import PrecisionActor
 from precision_oat.rl.step import RLStep
 from precision_oat.runs.alarms import ALARM_EXIT_STATUS, AlarmWatch, alarm_line, parse_alarms
-from precision_oat.runs.checkpoint import export_policy, first_checkpoint, save_checkpoint
+from precision_oat.runs.checkpoint import commit_checkpoint, export_policy, first_checkpoint, write_checkpoint
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.mask_watch import MaskWatch
@@ -88,9 +88,9 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     # The signal handlers are the caller's again however the loop ends.
     with StopRequest(world.size) as stop:
         # A step's time runs from the previous record's moment to its own, so every second belongs to one
-        # record; the previous record's write (its line, wandb) happens in that time and counts in this
-        # step's "log". The first step starts here.
-        step_start, written = time.perf_counter(), 0.0
+        # record; what follows the previous record (writing it: "log"; committing its checkpoint: "save")
+        # happens in that time and counts in this step. The first step starts here.
+        step_start, after_record = time.perf_counter(), {"log": 0.0, "save": 0.0}
         last_save = step_start
         for step in range(run.start_step, steps):
             batch, metrics = actor.rollout(prompts_of_step(run.examples, step, per_step, train.seed), step)
@@ -119,17 +119,19 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
                 say(line, flush=True)
             # A signal may reach some ranks only: all of them stop at the same step.
             stopping = world.any(stop.requested is not None) or alarm_stop
-            # The checkpoint comes before the record, which then holds the time it took.
-            save_start = time.perf_counter()
+            # The checkpoint is written before the record, which then holds the time it took, and committed after
+            # it: a run killed in between resumes from the checkpoint before, whose rows it keeps, so
+            # metrics.jsonl never misses a step. Every exchange between the ranks comes before the commit.
+            save_start, checkpoint = time.perf_counter(), None
             # The ranks' clocks differ: they save when any of them finds the time up.
             minutes_up = bool(logging.save_every_minutes) and world.any(
                 save_start - last_save >= 60 * logging.save_every_minutes)
             if ((logging.save_every and (step + 1) % logging.save_every == 0) or step + 1 == steps or stopping
                     or minutes_up):
-                save_checkpoint(run.out, step + 1, learner, run.tokenizer, logging.keep_checkpoints, world)
+                checkpoint = write_checkpoint(run.out, step + 1, learner, run.tokenizer, world)
                 last_save = time.perf_counter()
             histograms_start = time.perf_counter()
-            metrics["perf/time/save"] = histograms_start - save_start
+            metrics["perf/time/save"] = after_record["save"] + histograms_start - save_start
             histograms = None
             if log is not None and log.wandb is not None:
                 histograms = mismatch_histograms(batch.sampler_logprobs, update.old_logprobs.cpu(), batch.response_mask)
@@ -137,7 +139,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
                 advantages = learner.compute_advantages(batch.rewards.view(-1, batch.group_size)).reshape(-1)
                 export_tokens(token_file(run.out, step + 1), batch, update.old_logprobs, advantages)
             now = time.perf_counter()
-            metrics["perf/time/log"] = written + now - histograms_start
+            metrics["perf/time/log"] = after_record["log"] + now - histograms_start
             metrics["perf/time/other"] = now - step_start - sum(
                 metrics[f"perf/time/{part}"] for part in STEP_PARTS if part != "other")
             metrics.update(rank_times(world, metrics))
@@ -145,7 +147,10 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             if log is not None:
                 log.log(metrics, histograms, total_steps=steps,
                         echo=(step + 1) % logging.log_every == 0 or step + 1 == steps, at=now)
-            written = time.perf_counter() - step_start
+            logged = time.perf_counter()
+            if checkpoint is not None:
+                commit_checkpoint(checkpoint, logging.keep_checkpoints, world)
+            after_record = {"log": logged - now, "save": time.perf_counter() - logged}
             if stopping:
                 if log is not None:
                     log.close()
