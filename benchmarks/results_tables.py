@@ -491,7 +491,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json", "h200_atlas/invariant-counting/mismatch.json"),
     "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2"),
                            ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last", "reward_150")),
-    "algorithms-long": arms_table(("h200_round8", "h200_round9", "h200_atlas_rl_3"),
+    "algorithms-long": arms_table(("h200_round8", "h200_round9", "h200_atlas_rl_3", "h200_atlas_rl_4"),
                                   ("steps", "first", "best", "windows", "logp", "k3", "first_last", "reward_150")),
     "launcher": launcher_table,
     "two-gpus": lambda: script("experiments/h200/two_gpus_report.py").agree_table(RESULTS / "h200_two_gpus"),

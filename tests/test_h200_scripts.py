@@ -319,8 +319,26 @@ def test_an_unknown_set_is_named_with_the_known_ones(tmp_path):
     run = subprocess.run(["bash", "experiments/h200/arms.sh"], cwd=REPO, capture_output=True, text=True, timeout=30,
                          env={**os.environ, "HF": str(tmp_path), "RUNS": str(tmp_path / "runs"), "SET": "fp4"})
     assert run.returncode == 2
-    assert run.stderr.strip() == ("SET=fp4: unknown set; the sets are long-pair, atlas-head-fp8, atlas-masks, grpo, "
-                                  "grpo-tis, gspo")
+    assert run.stderr.strip() == ("SET=fp4: unknown set; the sets are long, long-pair, atlas-head-fp8, atlas-masks, "
+                                  "grpo, grpo-tis, gspo")
+
+
+def test_the_long_set_runs_the_arms_given_at_the_long_setting(tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    (tmp_path / "smolhf").mkdir()
+    arms = "grpo-fp16-long grpo fp16 0;grpo-bf16-long grpo bf16 0;gspo-bf16-long gspo bf16 0"
+    calls = recorded_calls("experiments/h200/arms.sh", 3, tmp_path, SET="long", ARMS=arms)
+    found = {argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1]: parse(argv) for argv in calls}
+    assert sorted(found) == ["grpo-bf16-long", "grpo-fp16-long", "gspo-bf16-long"]
+    for args in found.values():
+        assert (args.rollout.max_new_tokens, args.train.learning_rate, args.train.steps) == (1280, 5e-5, 150)
+
+
+def test_the_long_set_without_arms_says_to_give_them(tmp_path):
+    run = subprocess.run(["bash", "experiments/h200/arms.sh"], cwd=REPO, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "HF": str(tmp_path), "RUNS": str(tmp_path / "runs"), "SET": "long"})
+    assert run.returncode == 2
+    assert run.stderr.strip() == "SET=long runs the arms of ARMS at the long setting; set ARMS too"
 
 
 def test_an_arms_own_flags_come_after_extra(tmp_path):

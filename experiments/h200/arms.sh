@@ -27,6 +27,8 @@
 #   grpo           GRPO fp16 against bf16 (the paper's Fig. 1 asks each algorithm whether bf16 breaks)
 #   grpo-tis       GRPO-TIS fp16 against bf16
 #   gspo           GSPO fp16 against bf16
+#   long           the arms of ARMS (named as above) at that setting, e.g. three a window, which finish their 150 steps
+#                  at ~8.5 s a step just as the device time runs out (benchmarks/results/h200_atlas_rl_4)
 # A set's arms are named ALGO-TRAINERDTYPE-REST (an FP8 arm's REST starts fp8), as arms_report.py reads them; SEED=N
 # (default 0) runs them at seed N, named …-long-sN, so that the figures draw a set's seeds as one curve and range; e.g.
 #   SET=atlas-head-fp8 HF=… RUNS=… bash experiments/h200/arms.sh
@@ -48,11 +50,12 @@ S=${SEED:-0}
 L=long$([ "$S" = 0 ] || echo "-s$S")  # a set's arms end -long at seed 0, -long-sN at seed N (one curve per arm)
 case ${SET:-} in
   "") ;;
+  long) [ -n "${ARMS:-}" ] || { echo "SET=long runs the arms of ARMS at the long setting; set ARMS too" >&2; exit 2; } ;;
   long-pair) ARMS="pg-fp16-$L pg fp16 $S;pg-bf16-$L pg bf16 $S" ;;
   atlas-head-fp8) ARMS="pg-bf16-fp32head-$L pg bf16 $S --lm-head-dtype fp32;grpo-tis-bf16-fp8-$L grpo-tis bf16 $S $FP8" ;;
   atlas-masks) ARMS="grpo-icepop-bf16-fp8-$L grpo-icepop bf16 $S $FP8;grpo-geo-mask-bf16-fp8-$L grpo-geo-mask bf16 $S $FP8" ;;
   grpo|grpo-tis|gspo) ARMS="$SET-fp16-$L $SET fp16 $S;$SET-bf16-$L $SET bf16 $S" ;;
-  *) echo "SET=$SET: unknown set; the sets are long-pair, atlas-head-fp8, atlas-masks, grpo, grpo-tis, gspo" >&2; exit 2 ;;
+  *) echo "SET=$SET: unknown set; the sets are long, long-pair, atlas-head-fp8, atlas-masks, grpo, grpo-tis, gspo" >&2; exit 2 ;;
 esac
 if [ -n "${SET:-}" ]; then EXTRA="$LONG ${EXTRA:-}" STEPS=${STEPS:-150}; fi
 STEPS=${STEPS:-200}
