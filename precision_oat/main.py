@@ -10,7 +10,7 @@ import sys
 from typing import Optional, Sequence
 
 from precision_oat.args import Args
-from precision_oat.distributed.world import close_process_group
+from precision_oat.distributed.world import end_process_of_finished_run
 from precision_oat.errors import UserError
 from precision_oat.presets import parse_args
 
@@ -36,5 +36,5 @@ def cli(argv: Optional[Sequence[str]] = None) -> None:
 
 if __name__ == "__main__":
     cli()
-    # Only as the process ends: DeepSpeed keeps the group of a process that goes on (cli() called from Python).
-    close_process_group()
+    # Only as the process ends: a process that calls cli() from Python goes on.
+    end_process_of_finished_run()

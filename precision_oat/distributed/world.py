@@ -175,19 +175,23 @@ def world_from_env() -> World:
     return World(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def close_process_group() -> None:
-    """Tear a gloo process group down once the run has ended well, while the interpreter is whole.
+def end_process_of_finished_run() -> None:
+    """End a process whose run has ended well at once, without the interpreter's teardown, when it holds a gloo group.
 
-    Left to the interpreter's exit, gloo's worker threads can still hold tensors whose release then needs the GIL of
-    an interpreter being torn down, and the process aborts (SIGABRT, "terminate called without an active exception"),
-    now and then, after a run that finished. The barrier first lets every rank finish its last exchange. NCCL's
-    groups (CUDA) are left as they were.
+    At the interpreter's exit gloo's worker threads can release tensors after the GIL is gone, and the process aborts
+    now and then (SIGABRT, "terminate called without an active exception"), so a finished run's launcher reports a
+    failure; ``destroy_process_group`` first did not prevent it (DeepSpeed keeps groups of its own). The barrier first lets every rank finish its last exchange; the output is flushed, and the
+    process ends with status 0. Everything the run wrote is closed by then; NCCL's groups (CUDA) end as before.
     """
+    import sys
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
         dist.barrier()
-        dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def check_layout(world: World, learner: str, prompts_per_step: int, num_samples: int,
