@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -180,11 +181,10 @@ def end_process_of_finished_run() -> None:
 
     At the interpreter's exit gloo's worker threads can release tensors after the GIL is gone, and the process aborts
     now and then (SIGABRT, "terminate called without an active exception"), so a finished run's launcher reports a
-    failure; ``destroy_process_group`` first did not prevent it (DeepSpeed keeps groups of its own). The barrier first lets every rank finish its last exchange; the output is flushed, and the
-    process ends with status 0. Everything the run wrote is closed by then; NCCL's groups (CUDA) end as before.
+    failure; ``destroy_process_group`` first did not prevent it (DeepSpeed keeps groups of its own). The barrier
+    first lets every rank finish its last exchange; the output is flushed, and the process ends with status 0.
+    Everything the run wrote is closed by then; NCCL's groups (CUDA) end as before.
     """
-    import sys
-
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
