@@ -62,7 +62,8 @@ class ModelArgs(Checked):
     gguf_file: Optional[str] = None
     # Tokenizer id or folder; None uses --model's.
     tokenizer: Optional[str] = None
-    # Attention kernel of the trainer's HF model ("eager", "sdpa", "flash_attention_2").
+    # Attention kernel of the trainer's HF model ("eager", "sdpa", "flash_attention_2"). --backend oat loads eager, or
+    # flash-attention 2 when this (or --flash-attn) asks for it.
     attn_implementation: str = "sdpa"
     # Recompute activations in backward to save memory.
     gradient_checkpointing: bool = False
@@ -240,12 +241,15 @@ class LoraArgs(Checked):
         """The part of a run's banner that names LoRA's rank, alpha and adapted modules ("" when LoRA is off)."""
         return f" · LoRA {self._shape()}" if self.lora_rank else ""
 
-    def contract(self) -> dict[str, str]:
+    def contract(self, backend: str = "local") -> dict[str, str]:
         """LoRA's part of the precision contract: what is trained and what the sampler gets ({} when LoRA is off)."""
         if not self.lora_rank:
             return {}
+        # The local learners merge from the fp32 masters; Oat merges (peft) into the engine's compute weights.
+        merge = ("into the base in fp32 before the cast to the sampler dtype" if backend == "local" else
+                 "into the base's compute weights, in the trainer dtype, and unmerges them after it (Oat)")
         return {"lora": f"{self._shape()}: the adapters are the trained weights (with their masters), the base stays "
-                        "frozen, and every push merges them into the base in fp32 before the cast to the sampler dtype"}
+                        f"frozen, and every push merges them {merge}"}
 
     def _shape(self) -> str:
         return f"rank {self.lora_rank} alpha {self.lora_alpha:g} on {', '.join(self.lora_target_modules)}"
@@ -652,12 +656,18 @@ def _refuse_for_oat(args: Args) -> None:
         reject("mismatch_alarm", args.log.mismatch_alarm[0], "works with --backend local only")
     if args.model.compile_layers:
         raise UserError("--compile-layers works with --backend local only; Oat builds its learner's model itself")
+    if args.model.attn_implementation not in OAT_ATTENTION:
+        reject("attn_implementation", args.model.attn_implementation, "with --backend oat: Oat loads its learner's "
+               "model with eager attention or flash_attention_2 (--flash-attn); pass one of those or --backend local")
     if r.vllm_tensor_parallel_size != 1:
         reject("vllm_tensor_parallel_size", r.vllm_tensor_parallel_size, "works with --backend local only; Oat lays out "
                "its vLLM engines itself")
     if not r.vllm_row_seeds:
         raise UserError("--no-vllm-row-seeds works with --backend local only; Oat's vLLM engines keep one seed "
                         "per sample")
+    if args.lora.lora_rank and args.lora.lora_alpha != int(args.lora.lora_alpha):
+        reject("lora_alpha", args.lora.lora_alpha, "must be a whole number with --backend oat (Oat's LoRA alpha is an "
+               "integer); round it, or use --backend local")
     p = args.precision
     for flag, chosen in (("--sampler-dtype fp8", p.sampler_dtype == "fp8"), ("--batch-invariant", p.batch_invariant),
                          ("--lm-head-dtype fp32", p.lm_head_dtype == "fp32")):
@@ -677,6 +687,11 @@ def _refuse_for_oat(args: Args) -> None:
             f"hold them rounded twice; use --trainer-dtype fp32, the same dtype on both sides, or --backend local"
         )
     _check_oat_vllm_mu(r.sampler, r.temperature, algorithm_spec(args))
+
+
+# What Oat 0.2.4 loads its learner's model with: eager attention, or flash-attention 2 when asked (its
+# use_flash_attention_2); the default "sdpa" is left to Oat, which loads it eager.
+OAT_ATTENTION = ("sdpa", "eager", "flash_attention_2")
 
 
 # Objectives whose weight is π_θ/μ (every correction but "none" weighs by π_old/μ as well).
@@ -708,6 +723,10 @@ def _check_bypass_mode(args: Args, responses: int) -> None:
         raise UserError("--bypass-mode needs one optimiser step per rollout: without a scoring pass, the update's own "
                         "forward is the trainer's π that the mismatch metrics compare with μ, and only before the "
                         "first step is it the policy that sampled; leave --train-batch-size unset and --num-epochs at 1")
+    if t.self_consistent_old_logprobs:
+        raise UserError("--self-consistent-old-logprobs with --bypass-mode: bypass mode puts μ in π_old's place in the "
+                        "loss, so no π_old is taken from the first mini-batch and the flag would change nothing; drop "
+                        "one of them")
     correction = algorithm_spec(args).correction
     if correction != "none":
         given = "" if args.algorithm.correction else f" (from --algo {args.algorithm.algo})"
@@ -760,9 +779,9 @@ def _check_advantage(spec, num_samples: int) -> None:
         )
 
 
-def run_contract(precision: PrecisionArgs, lora: LoraArgs) -> dict[str, str]:
+def run_contract(precision: PrecisionArgs, lora: LoraArgs, backend: str) -> dict[str, str]:
     """A run's precision contract: :meth:`~precision_oat.precision.policy.Precision.contract` and LoRA's part."""
-    return {**precision.build().contract(), **lora.contract()}
+    return {**precision.build().contract(), **lora.contract(backend)}
 
 
 def algorithm_spec(args: Args):

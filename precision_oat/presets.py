@@ -109,12 +109,14 @@ def to_values(args: Args) -> dict[str, Any]:
 
 
 def _preset_path(argv: Sequence[str]) -> Optional[str]:
+    """The last ``--preset`` of ``argv``: as for every flag, the last one given wins (and is the one recorded)."""
+    path = None
     for i, token in enumerate(argv):
         if token == "--preset" and i + 1 < len(argv):
-            return argv[i + 1]
-        if token.startswith("--preset="):
-            return token.split("=", 1)[1]
-    return None
+            path = argv[i + 1]
+        elif token.startswith("--preset="):
+            path = token.split("=", 1)[1]
+    return path
 
 
 def _blank_value(argv: Sequence[str], flag: str) -> bool:

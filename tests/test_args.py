@@ -199,6 +199,14 @@ def test_flags_override_a_preset_and_the_rest_of_the_preset_stays(tmp_path, flag
     assert (spec.correction, spec.correction_cap) == ("seq-mis", 3.0)
 
 
+def test_of_two_presets_the_last_is_loaded_and_recorded(tmp_path):
+    first, last = tmp_path / "first.yaml", tmp_path / "last.yaml"
+    first.write_text("algo: grpo\n")
+    last.write_text("algo: gspo\n")
+    args = parse_args(["--preset", str(first), f"--preset={last}"])
+    assert (args.preset, args.algorithm.algo) == (last, "gspo")
+
+
 def test_preset_accepts_scientific_notation_without_a_dot(tmp_path):
     # YAML 1.1 reads `1e-5` as a string; a preset line must mean what the same flag means.
     args = parse_args(["--preset", str(_write_preset(tmp_path, "learning_rate: 1e-5\nclip_high: 4e-4\n"))])
@@ -247,3 +255,18 @@ def test_a_correction_without_a_cap_is_refused_naming_the_flag():
         parse_args(["--algo", "pg", "--correction", "seq-tis"])
     assert str(e.value.code).startswith("error: --correction seq-tis needs a cap")
     assert "--correction-cap" in str(e.value.code)
+
+
+def test_an_attention_kernel_oat_cannot_load_is_refused_with_backend_oat():
+    # Oat loads eager or flash-attention 2; anything else would be dropped without a word.
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--backend", "oat", "--dtype", "bf16", "--attn-implementation", "flex_attention"])
+    assert str(e.value.code).startswith("error: --attn-implementation flex_attention: with --backend oat")
+    for kernel in ("sdpa", "eager", "flash_attention_2"):
+        parse_args(["--backend", "oat", "--dtype", "bf16", "--attn-implementation", kernel])
+
+
+def test_bypass_mode_refuses_self_consistent_old_logprobs_which_it_would_ignore():
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--algo", "grpo", "--bypass-mode", "--self-consistent-old-logprobs"])
+    assert str(e.value.code).startswith("error: --self-consistent-old-logprobs with --bypass-mode")

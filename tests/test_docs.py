@@ -210,7 +210,8 @@ def test_the_deepspeed_refusals_are_listed_in_concepts():
                    and "`--backend oat`" in b.split("\n")[0] and "`--learner deepspeed`" in b.split("\n")[0]), None)
     assert bullet, "docs/concepts.md's refusals need a bullet for DeepSpeed, naming --backend oat and --learner deepspeed"
     cases = [dict(dtype="bf16", master_dtype="bf16"), dict(dtype="fp16", growth_factor=3.0),
-             dict(dtype="fp16", backoff_factor=0.25), dict(dtype="fp16", initial_scale=1000.0)]
+             dict(dtype="fp16", backoff_factor=0.25), dict(dtype="fp16", initial_scale=1000.0),
+             dict(dtype="bf16", loss_scaling="static")]
     for chosen_by in ("--backend oat", "--learner deepspeed"):
         for case in cases:
             with pytest.raises(PrecisionError) as e:

@@ -155,6 +155,17 @@ def test_deepspeed_refuses_low_precision_masters():
         Precision.from_flags("fp16", master_dtype="fp16").deepspeed_config()
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_deepspeed_refuses_loss_scaling_it_would_drop(dtype, mode):
+    # The built-in learner scales a bf16/fp32 loss as asked; DeepSpeed's config has no scaler outside its fp16 section.
+    p = Precision.from_flags(dtype, loss_scaling=mode, initial_scale=1024.0)
+    assert p.loss_scaling.enabled
+    for chosen_by in ("--backend oat", "--learner deepspeed"):
+        with pytest.raises(PrecisionError, match=f"^--loss-scaling {mode} with --trainer-dtype {dtype}"):
+            p.check_deepspeed(chosen_by)
+
+
 def test_deepspeed_needs_a_power_of_two_initial_dynamic_scale():
     p = Precision.from_flags("fp16", initial_scale=1000.0)  # fine for the local backend
     with pytest.raises(PrecisionError, match="--initial-loss-scale"):

@@ -113,6 +113,24 @@ class World:
         torch.distributed.broadcast_object_list(box, src=0)
         return box[0]
 
+    def on_main(self, run: Callable[[], T]) -> Optional[T]:
+        """``run()`` on rank 0 alone (None elsewhere); a :class:`UserError` it raises stops every rank with its line.
+
+        Without it the other ranks, waiting in their next exchange with rank 0, fail there with a traceback.
+        """
+        if self.size == 1:
+            return run()
+        result, refused = None, None
+        if self.is_main:
+            try:
+                result = run()
+            except UserError as e:
+                refused = e
+        refused = self.broadcast(refused)
+        if refused is not None:
+            raise refused
+        return result
+
     def barrier(self) -> None:
         if self.size > 1:
             torch.distributed.barrier()

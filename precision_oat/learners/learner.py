@@ -89,7 +89,10 @@ class Learner(RLStep):
         """The current policy as a plain fp32 HF model on the CPU (LoRA merged)."""
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_config(copy.deepcopy(self.config)).float()
+        # Building the model draws random initial weights, overwritten at once: on a fork of torch's generator, so
+        # that a checkpoint leaves the run's own draws (dropout in the training forward) where they were.
+        with torch.random.fork_rng(devices=[]):
+            model = AutoModelForCausalLM.from_config(copy.deepcopy(self.config)).float()
         model.load_state_dict(self.full_state(), strict=False)
         return model.eval()
 

@@ -216,6 +216,12 @@ class Precision:
                 f"use --master-dtype fp32, or {instead} to keep {self.master} master weights"
             )
         ls = self.loss_scaling
+        if ls.enabled and self.trainer != "fp16":
+            raise PrecisionError(
+                f"--loss-scaling {ls.mode} with --trainer-dtype {self.trainer}: DeepSpeed ({chosen_by}) scales the loss "
+                f"of an fp16 trainer only and would train unscaled; leave --loss-scaling unset ({self.trainer} has "
+                f"fp32's exponent range), or use {instead}"
+            )
         if self.trainer != "fp16" or ls.mode != "dynamic":
             return
         if ls.growth_factor != 2.0 or ls.backoff_factor != 0.5:

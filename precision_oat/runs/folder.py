@@ -143,7 +143,7 @@ def describe_run(out: Path, found: list[str]) -> str:
 def config_values(out: Path, args: Args) -> dict:
     """The flag values config.json records (``output_dir`` as the folder actually used), and the precision contract."""
     values = to_values(dataclasses.replace(args, log=dataclasses.replace(args.log, output_dir=out)))
-    return {**values, "precision_contract": run_contract(args.precision, args.lora)}
+    return {**values, "precision_contract": run_contract(args.precision, args.lora, args.backend)}
 
 
 def write_json(path: Path, value) -> None:

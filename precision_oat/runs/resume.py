@@ -101,6 +101,8 @@ def check_resume(out: Path, flags: dict, steps: int, checkpoint_step: int) -> Op
         raise UserError(f"--steps {steps}: the run in {out} already reached step {checkpoint_step}; "
                         f"resume with --steps {checkpoint_step} or more")
     summary = _read_summary(out) if steps == checkpoint_step else None
+    if summary is not None and summary.get("steps") != steps:
+        summary = None  # an earlier part's: the run was extended and stopped before writing its own
     if summary is not None:
         print(f"the run in {out} is finished (step {steps} of --steps {steps}, summary.json); nothing to do. "
               f"Resume with --steps N > {steps} to extend it.", flush=True)

@@ -27,6 +27,21 @@ def supports(config) -> bool:
     return config.model_type in SUPPORTED and kind in (None, "default")
 
 
+def _window(config, layer: int):
+    """The sliding window of ``layer``'s attention as HF runs it (a key is seen while query − key position < it),
+    or None for the whole causal past: Mistral's ``sliding_window``, Qwen2's above ``max_window_layers`` when
+    ``use_sliding_window``, or the ``layer_types`` of newer configs."""
+    window = getattr(config, "sliding_window", None)
+    if window is None:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return window if types[layer] == "sliding_attention" else None
+    if config.model_type == "qwen2":
+        return window if getattr(config, "use_sliding_window", False) and layer >= config.max_window_layers else None
+    return window
+
+
 def _rope_theta(config) -> float:
     if getattr(config, "rope_theta", None) is not None:
         return float(config.rope_theta)
@@ -46,6 +61,7 @@ class Decoder:
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // self.heads
         self.eps = c.rms_norm_eps
         self.lm_head = "lm_head.weight" if "lm_head.weight" in self.p else "model.embed_tokens.weight"
+        self.windows = [_window(c, i) for i in range(self.layers)]
         half = self.head_dim // 2
         self.inv_freq = 1.0 / (_rope_theta(c) ** (torch.arange(half, dtype=torch.float64) * 2 / self.head_dim))
 
@@ -78,6 +94,8 @@ class Decoder:
         # Query i (at absolute column total - s + i) may see keys up to its own column.
         causal = torch.ones(s, total, dtype=torch.bool, device=x.device).tril(total - s)
         allowed = causal[None, None] & key_mask[:, None, None, :].bool()
+        # How far back each query sees its row's keys, in token positions (left padding shifts the columns).
+        distance = positions[:, None, :, None] - (key_mask.cumsum(-1) - 1)[:, None, None, :]
         residual = None
         for i in range(self.layers):
             pre = f"model.layers.{i}."
@@ -93,7 +111,8 @@ class Decoder:
             group = self.heads // self.kv_heads
             kk, vv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             scores = (q.float() @ kk.float().transpose(-1, -2)) / math.sqrt(self.head_dim)
-            probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num(0.0)
+            seen = allowed if self.windows[i] is None else allowed & (distance < self.windows[i])
+            probs = scores.masked_fill(~seen, float("-inf")).softmax(-1).nan_to_num(0.0)
             attn = (probs.to(vv.dtype) @ vv).transpose(1, 2).reshape(b, s, -1)
             x = self._linear(attn, pre + "self_attn.o_proj")
             h, residual = self._norm(x, residual, pre + "post_attention_layernorm.weight")

@@ -65,8 +65,8 @@ DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 class KVCacheSampler:
     """Batched sampling with an incremental KV cache on a private copy of the policy.
 
-    With ``fp32_head`` the output projection and the logits are computed in fp32
-    (:mod:`~precision_oat.precision.lm_head`), an untied ``lm_head.weight`` stored in fp32.
+    With ``fp32_head`` the output projection and the logits are computed in fp32 from the head's weight in
+    the sampler dtype (:mod:`~precision_oat.precision.lm_head`).
     """
 
     def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device: torch.device | str = "cpu", pad_token_id: int = 0,
@@ -79,7 +79,8 @@ class KVCacheSampler:
         self.dtype = dtype
         self.device = torch.device(device)
         self.pad_token_id = pad_token_id
-        self._params = dict(self.model.named_parameters())
+        # A tied head answers to its checkpoint name too (lm_head.weight), as a state_dict pushes it.
+        self._params = dict(self.model.named_parameters(remove_duplicate=False))
         self.decoder = Decoder(self.model, fp32_head) if supports(self.model.config) else None
 
     def _next_logits(self, step_ids, attention, cache):
@@ -95,7 +96,7 @@ class KVCacheSampler:
         for name, tensor in weights:
             if name not in self._params:
                 raise KeyError(f"sampler has no parameter {name!r}")
-            # Each weight in its own dtype: the sampler dtype, fp32 for an fp32 lm_head.
+            # Cast to the sampler dtype (the head too: an fp32 head upcasts its weight per call).
             self._params[name].copy_(tensor.to(device=self.device, dtype=self._params[name].dtype))
 
     def sleep(self) -> None:

@@ -175,6 +175,22 @@ def test_a_batch_that_does_not_split_is_refused_in_one_line(tmp_path, embedded_p
     assert "error: --prompts-per-step 3 does not split over 2 processes; use a multiple of 2" in done.stdout + done.stderr
 
 
+def test_a_folder_refused_on_rank_0_stops_every_rank_in_one_line(tmp_path, embedded_policy_dir):
+    from precision_oat.runs.folder import RUN_MARKER
+
+    # A run's folder: rank 0 alone reads it, and refuses a new run there.
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / RUN_MARKER).write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    done = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "1", "--output-dir", str(out), processes=2)
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    # Every rank says why (as a refusal of the flags does), and none fails in the exchange rank 0 left.
+    assert text.count(f"error: --output-dir {out} already holds a run") == 2, text
+    assert "[rank1]: Traceback" not in text, text
+
+
 def test_when_a_rank_dies_the_others_stop(tmp_path, embedded_policy_dir):
     out = tmp_path / "run"
     run = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "100000", "--output-dir", str(out),

@@ -40,3 +40,18 @@ def test_fp32_lora_run_has_no_mismatch_after_the_first_update(tmp_path, embedded
     first, second = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert first["train/optimizer_steps"] == 1 and first["train/grad_norm"] > 0
     assert second["mismatch/abs_logp_diff_mean"] < 1e-5, second["mismatch/abs_logp_diff_mean"]
+
+
+def test_with_lora_dropout_a_resume_ends_where_an_uninterrupted_run_ends(tmp_path, embedded_policy_dir):
+    # Dropout draws from torch's generator at every training forward; a checkpoint in between (the first part's last
+    # step here, or any --save-every / --save-every-minutes) must not move those draws.
+    common = dict(model=str(embedded_policy_dir), algo="grpo", dtype="fp32", learning_rate=5e-3, lora_rank=RANK,
+                  lora_dropout=0.3)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(make_args(**common, steps=3, output_dir=str(straight)))
+    train(make_args(**common, steps=1, output_dir=str(resumed)))
+    train(make_args(**common, steps=3, output_dir=str(resumed), resume=True))
+    a, b = ([json.loads(line) for line in (f / "metrics.jsonl").read_text().splitlines()] for f in (straight, resumed))
+    assert [r["step"] for r in b] == [1, 2, 3]
+    for ra, rb in zip(a, b):
+        assert (ra["loss/policy"], ra["train/grad_norm"]) == (rb["loss/policy"], rb["train/grad_norm"]), ra["step"]

@@ -4,6 +4,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -113,3 +114,27 @@ def test_a_run_from_before_the_marker_resumes_and_is_marked(tmp_path, embedded_p
     train(make_args(**common, steps=2, resume=True))
     assert (tmp_path / RUN_MARKER).is_file()
     assert [r["step"] for r in rows(tmp_path)] == [1, 2]
+
+
+def test_an_extension_stopped_before_its_summary_is_finished_by_the_next_resume(tmp_path, embedded_policy_dir,
+                                                                              monkeypatch):
+    from precision_oat.backends.local import loop
+    from precision_oat.errors import UserError
+
+    common = dict(model=str(embedded_policy_dir), output_dir=str(tmp_path))
+    train(make_args(**common, steps=2))
+    # Extended to 3 steps, the run saves step 3 and then fails in the end-of-run probe (as out of GPU memory does):
+    # summary.json is still the one of the first part, at step 2.
+    real_probe = loop.probe_mismatch
+
+    def out_of_memory(*args, **kwargs):
+        raise UserError("out of GPU memory in the end-of-run mismatch probe")
+
+    monkeypatch.setattr(loop, "probe_mismatch", out_of_memory)
+    with pytest.raises(UserError, match="end-of-run mismatch probe"):
+        train(make_args(**common, steps=3, resume=True, probe_dtypes=["fp32"]))
+    monkeypatch.setattr(loop, "probe_mismatch", real_probe)
+    # The resume the error line suggests (the probe off) writes the summary of the 3 steps.
+    summary = train(make_args(**common, steps=3, resume=True))
+    assert summary["steps"] == 3
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 3

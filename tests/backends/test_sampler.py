@@ -28,6 +28,28 @@ def test_decoder_matches_hf_forward_in_fp32(kind):
     assert torch.allclose(logits, expected, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["mistral", "qwen2"])
+def test_a_sliding_window_model_samples_what_the_trainer_scores_in_fp32(kind):
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from precision_oat.rl.scoring import token_logprobs
+
+    torch.manual_seed(0)
+    shape = dict(vocab_size=32, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=128)
+    # A window of 4 tokens, far shorter than the sequences; Qwen2's from its second layer on.
+    model = (MistralForCausalLM(MistralConfig(**shape, sliding_window=4)) if kind == "mistral" else
+             Qwen2ForCausalLM(Qwen2Config(**shape, use_sliding_window=True, sliding_window=4, max_window_layers=1)))
+    model.float().eval()
+    sampler = KVCacheSampler(model, torch.float32)
+    assert sampler.decoder is not None
+    completions = sampler.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=12, stop_token_ids=(), seed=3))
+    for c in completions:
+        ids = torch.tensor([c.prompt_ids + c.response_ids])
+        trainer = token_logprobs(model, ids, torch.ones_like(ids), 1.0)[0, len(c.prompt_ids) - 1 :]
+        assert (trainer - torch.tensor(c.logprobs)).abs().max() < 1e-5
+
+
 def test_sample_next_reports_logprob_of_the_distribution_sampled_from():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     # T = 0.5 doubles the logits; top-p 0.9: sorted probs of [4,2,0,-2] are
@@ -71,6 +93,18 @@ def test_load_weights_casts_into_the_sampler_copy_only():
     assert not torch.all(weight == 1)
     with pytest.raises(KeyError, match="no parameter"):
         sampler.load_weights([("nope.weight", weight)])
+
+
+def test_a_tied_head_loads_under_its_state_dict_name():
+    # A state_dict (what Oat pushes with LoRA) names a tied head twice; both names reach the one shared tensor.
+    model = tiny_model("qwen2")
+    sampler = KVCacheSampler(model, torch.float32)
+    state = model.state_dict()
+    assert "lm_head.weight" in state and "lm_head.weight" not in dict(model.named_parameters())
+    head = torch.randn_like(state["lm_head.weight"])
+    sampler.load_weights([(name, head if name == "lm_head.weight" else t) for name, t in state.items()])
+    assert torch.equal(sampler.model.get_input_embeddings().weight, head)
+    assert torch.equal(sampler.model.get_output_embeddings().weight, head)
 
 
 def test_inverse_cdf_draws_follow_the_distribution():

@@ -22,6 +22,13 @@ def test_precision_maps_to_oat_flags_and_our_policy(oat_args):
     assert (mixed.bf16, mixed.fp16) == (False, False)
 
 
+def test_flash_attention_2_asked_by_either_flag_reaches_oat(oat_args):
+    # The shipped presets ask for it with attn_implementation; Oat's own switch is flash_attn.
+    assert oat_args("--dtype", "bf16", "--attn-implementation", "flash_attention_2").flash_attn is True
+    assert oat_args("--dtype", "bf16", "--flash-attn").flash_attn is True
+    assert oat_args("--dtype", "bf16").flash_attn is False
+
+
 def test_sizes_in_oat_terms(oat_args):
     # 4 prompts × 8 samples = 32 responses per step; optimiser batches of 16, micro-batches of 4.
     a = oat_args("--dtype", "bf16", "--prompts-per-step", "4", "--num-samples", "8", "--train-batch-size", "16",

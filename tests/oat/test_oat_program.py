@@ -75,3 +75,15 @@ def test_two_steps_in_bf16_with_evaluation(tmp_path):
     assert all(r["mismatch/abs_logp_diff_mean"] > 1e-4 for r in rows)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["backend"] == "oat" and config["dtype"] == "bf16"
+
+
+def test_lora_pushes_the_merged_weights_to_the_built_in_sampler(tmp_path):
+    # Oat merges the adapters for its broadcast and sends the model's state_dict, a tied head under both its names.
+    rows = train(tmp_path, "fp32", "--lora-rank", "4", "--learning-rate", "1e-2")
+
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["train/grad_norm"] > 0
+    # Step 2 samples with step 1's merged weights: in fp32 the two sides agree to rounding.
+    assert rows[1]["mismatch/abs_logp_diff_mean"] < 1e-5
+    contract = json.loads((tmp_path / "config.json").read_text())["precision_contract"]
+    assert "into the base's compute weights, in the trainer dtype" in contract["lora"]

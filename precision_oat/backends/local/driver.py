@@ -78,24 +78,30 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     newest = require_checkpoint(out) if args.log.resume else None
     if newest is not None:
         check_world_size(newest, world)
-    finished = None
-    if world.is_main:
+
+    def check_folder() -> Optional[dict]:
         # Both read only: a refused resume or folder is refused before the model loads.
         if newest is not None:
-            finished = check_resume(out, to_values(args), args.train.steps, checkpoint_step(newest))
-        else:
-            check_new_run(out, args.log.overwrite)
-    finished = world.broadcast(finished)
+            return check_resume(out, to_values(args), args.train.steps, checkpoint_step(newest))
+        check_new_run(out, args.log.overwrite)
+        return None
+
+    finished = world.broadcast(world.on_main(check_folder))
     if finished is not None:
         return finished
     if settings.precision.batch_invariant:
         enable_batch_invariance()  # before the first CUDA work, which the model's loading may be
     # The model and the task load before the folder is claimed, so a prompt over the limit writes nothing.
     workload = load_workload(args, world)
-    # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
-    with RunLock(out) if world.is_main else nullcontext():
-        if world.is_main and newest is None:
+
+    def claim() -> RunLock:
+        lock = RunLock(out)
+        if newest is None:
             start_new_run(out, args)
+        return lock
+
+    # One run at a time in a folder (rank 0 holds the lock); a new run never writes over an old one.
+    with world.on_main(claim) or nullcontext():
         run = build_run(out, args, settings, learner_class, actor_class, *workload)
         return run_steps(run, args.train, args.rollout, args.eval, args.log)
 
@@ -133,13 +139,14 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
         args.lora.describe() +
         f"\nprecision policy:\n{precision.describe()}", flush=True)
 
-    say(f"precision contract: {describe_contract(run_contract(args.precision, args.lora))}", flush=True)
-    if not args.log.resume and world.is_main:
+    say(f"precision contract: {describe_contract(run_contract(args.precision, args.lora, args.backend))}", flush=True)
+    if not args.log.resume:
         first = prompts_of_step(examples, 0, args.rollout.prompts_per_step, args.train.seed)
-        before_fp16_run(policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision,
-                        args.precision, out, device, log=lambda line: say(line, flush=True),
-                        responses=preflight_responses(args.rollout, args.train.seed, policy.tokenizer),
-                        chunk_size=args.train.logprob_chunk_size)
+        world.on_main(lambda: before_fp16_run(
+            policy.model, [encode_prompt(task, policy.tokenizer, e) for e in first], precision, args.precision, out,
+            device, log=lambda line: say(line, flush=True),
+            responses=preflight_responses(args.rollout, args.train.seed, policy.tokenizer),
+            chunk_size=args.train.logprob_chunk_size))
     # The sampler copies the fp32 weights first; the learner then takes the model over (it
     # casts it in place and may wrap it with LoRA).
     sampler = build_sampler(policy, precision, device, args.rollout, args.train.seed,

@@ -104,7 +104,8 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
         ref_pretrain=pretrain,
         critic_pretrain=pretrain,
         tokenizer=m.tokenizer or "",
-        flash_attn=oat.flash_attn,
+        # Oat loads eager attention or, asked, flash-attention 2 (--attn-implementation was checked in args.py).
+        flash_attn=oat.flash_attn or m.attn_implementation == "flash_attention_2",
         gradient_checkpointing=m.gradient_checkpointing,
         # Oat's fused lm-head returns log-probs rounded to the compute dtype; the plain path keeps fp32.
         use_fused_lm_head=False,

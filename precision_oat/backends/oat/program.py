@@ -100,7 +100,7 @@ def banner(args: Args, oat_args) -> str:
     return (f"precision-oat · backend oat · algo {args.algorithm.algo} ({spec.advantage} / {spec.objective} / "
             f"{spec.correction} / {spec.reduction}) · sampler {oat_args.sampler} · {oat_args.gpus} device(s)"
             f"{' collocated' if oat_args.collocate else ''}{args.lora.describe()}\nprecision policy:\n"
-            f"{precision.describe()}\nprecision contract: {describe_contract(run_contract(args.precision, args.lora))}")
+            f"{precision.describe()}\nprecision contract: {describe_contract(run_contract(args.precision, args.lora, args.backend))}")
 
 
 def launch(args: Args, out: Path) -> dict:
