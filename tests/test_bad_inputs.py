@@ -138,7 +138,9 @@ BAD_INPUTS: list[Bad] = [
     bad("--algo", "grpo-icepop", "--icepop-high", "0.9", flag="--icepop-high"),  # the band must hold 1
     bad("--geo-mask-low", "1.02", flag="--geo-mask-low"),
     bad("--divergence-threshold", "-0.1"),
-    bad("--divergence-measure", "k1", "--divergence-level", "seq-max", flag="--divergence-level"),
+    bad("--correction", "divergence-mask", "--divergence-measure", "k1", "--divergence-level", "seq-max",
+        flag="--divergence-level"),
+    bad("--algo", "grpo", "--correction-cap", "2", flag="--correction-cap"),  # read by no piece of plain GRPO
     bad("--bypass-mode", "--num-epochs", "2", flag="--bypass-mode"),
     bad("--bypass-mode", "--algo", "grpo-tis", flag="--bypass-mode"),  # π_old/μ would be 1
     bad("--backend", "oat", "--bypass-mode", flag="--bypass-mode"),
@@ -240,11 +242,11 @@ def test_the_base_command_alone_is_accepted(tmp_path):
         ("--steps", "0"),
         ("--lora-rank", "0"),
         ("--eval-temperature", "0"),  # greedy evaluation
-        ("--adv-eps", "0"),  # the drgrpo advantage of --algo pg does not divide
+        ("--advantage", "rloo", "--num-samples", "2"),  # the smallest group with a leave-one-out baseline
         ("--num-samples", "1", "--advantage", "reinforce"),
         ("--train-batch-size", "256"),  # exactly the 32 × 8 responses of a step
         ("--min-loss-scale", "65536"),  # equal to the initial scale
-        ("--clip-low", "0.999", "--clip-high", "5"),
+        ("--algo", "grpo", "--clip-low", "0.999", "--clip-high", "5"),
         ("--max-operand", "999"),
     ],
     ids=" ".join,

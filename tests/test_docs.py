@@ -90,12 +90,27 @@ def test_every_mismatch_histogram_is_in_metrics():
     assert not missing, f"docs/metrics.md lacks {missing}"
 
 
+def test_the_table_of_constants_names_the_pieces_that_read_each():
+    # docs/concepts.md's "Caps and constants" table against each piece's `reads` (what the refusal of an unread one uses).
+    table = CONCEPTS.split("### Caps and constants")[1].split("###")[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| `--")]
+    checked = 0
+    for flags, used_by in rows:
+        for field in (f.removeprefix("--").replace("-", "_") for f in re.findall(r"`(--[a-z-]+)`", flags)):
+            readers = {n for kind in TABLES for n, cls in TABLES[kind].items() if field in (cls.reads or ())}
+            if readers:
+                assert set(re.findall(r"`([a-z-]+)`", used_by)) == readers, (field, used_by, readers)
+                checked += 1
+    assert checked >= 11
+
+
 @pytest.mark.parametrize(
     "objective, correction", list(itertools.product(TABLES["objective"], TABLES["correction"]))
 )
 def test_every_loss_statistic_is_in_metrics(objective, correction):
-    spec = resolve("grpo", objective=objective, correction=correction, correction_cap=2.0, is_cap=2.0,
-                   max_gen_length=4)
+    read = TABLES["objective"][objective].reads + TABLES["correction"][correction].reads
+    caps = {name: 2.0 for name in ("correction_cap", "is_cap") if name in read}
+    spec = resolve("grpo", objective=objective, correction=correction, max_gen_length=4, **caps)
     _, stats = build_policy_loss(spec).policy_loss(_batch())
     missing = [k for k in stats if not _documented(k, METRICS)]
     assert not missing, f"{objective} × {correction} logs {missing}, absent from docs/metrics.md"

@@ -16,7 +16,7 @@ from precision_oat.errors import UserError
 
 from .policy_loss import AlgorithmSpec, PolicyLoss
 from .corrections.divergence_mask import ESTIMATORS, LEVELS
-from .registry import canonical, lookup, valid_names
+from .registry import TABLES, canonical, lookup, valid_names
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,9 @@ def resolve(
     _positive(fields["correction_cap"], "--correction-cap")
     _positive(max_gen_length, "--max-new-tokens")
     spec = AlgorithmSpec(**fields, loss_constant=float(max_gen_length), adv_eps=adv_eps, **settings)
+    given = {k: v for k, v in overrides.items() if v is not None and k not in _PIECE_FLAGS}
+    given.update({k: v for k, v in dict(adv_eps=adv_eps, **settings).items() if v != getattr(AlgorithmSpec, k)})
+    _check_read(spec, given)
     _band(spec.icepop_low, spec.icepop_high, "--icepop-low", "--icepop-high")
     _band(spec.geo_mask_low, spec.geo_mask_high, "--geo-mask-low", "--geo-mask-high")
     _divergence(spec.divergence_measure, spec.divergence_level, spec.divergence_threshold)
@@ -190,3 +193,23 @@ def build_policy_loss(spec: AlgorithmSpec) -> PolicyLoss:
     loss = compose(spec)()
     loss.algo = spec
     return loss
+
+
+def _check_read(spec: AlgorithmSpec, given: dict) -> None:
+    """Refuse a constant given that none of ``spec``'s pieces reads (``--algo grpo --correction-cap 2`` is plain GRPO).
+
+    A piece that does not say what it reads (``reads`` None: one of your own) may read any, so nothing is refused.
+    """
+    pieces = [lookup(kind, getattr(spec, kind)) for kind in _PIECE_FLAGS]
+    if any(piece.reads is None for piece in pieces):
+        return
+    for name, value in given.items():
+        if any(name in piece.reads for piece in pieces):
+            continue
+        flag = "--" + name.replace("_", "-")
+        readers = "; ".join(f"--{kind} {' / '.join(names)}" for kind in _PIECE_FLAGS
+                            if (names := sorted(n for n, cls in TABLES[kind].items() if name in (cls.reads or ()))))
+        chosen = " / ".join(getattr(spec, kind) for kind in _PIECE_FLAGS)
+        shown = f"{value:g}" if isinstance(value, float) else value
+        raise UserError(f"{flag} {shown}: none of this run's pieces ({chosen}) reads it, so it would change nothing; "
+                        f"{readers} reads it: choose that, or drop {flag}")

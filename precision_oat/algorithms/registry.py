@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 ADVANTAGES: dict[str, type] = {}
 OBJECTIVES: dict[str, type] = {}
@@ -22,8 +22,13 @@ ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in TABLES}
 T = TypeVar("T", bound=type)
 
 
-def register(kind: str, name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[T], T]:
-    """Class decorator: ``@register("objective", "clip", aliases=("ppo",))``."""
+def register(kind: str, name: str, *, aliases: tuple[str, ...] = (),
+             reads: Optional[tuple[str, ...]] = None) -> Callable[[T], T]:
+    """Class decorator: ``@register("objective", "clip", aliases=("ppo",), reads=("clip_low", "clip_high"))``.
+
+    ``reads``: the :class:`~precision_oat.algorithms.AlgorithmSpec` constants the piece reads, so that a constant no
+    chosen piece reads is refused rather than ignored; None (a piece that does not say) may read any.
+    """
     if kind not in TABLES:
         raise ValueError(f"unknown piece kind {kind!r}; expected one of {sorted(TABLES)}")
 
@@ -36,6 +41,7 @@ def register(kind: str, name: str, *, aliases: tuple[str, ...] = ()) -> Callable
         for alias in aliases:
             ALIASES[kind][alias] = name
         cls.piece_name = name
+        cls.reads = reads
         return cls
 
     return add

@@ -14,6 +14,8 @@ from precision_oat.algorithms import (
     DrGRPOMixin, ISPGMixin, Mean, NoCorrectionMixin, PolicyBatch, PolicyLoss, SeqMISMixin, TokenMeanMixin,
     build_policy_loss, compose, register, resolve,
 )
+from precision_oat.algorithms.registry import lookup
+from precision_oat.errors import UserError
 
 PAPER_RECIPES = {"pg", "token-is-pg", "grpo", "grpo-tis", "grpo-mis", "grpo-seq-tis", "gspo", "reinforce", "rloo"}
 
@@ -50,12 +52,12 @@ def test_gspo_recipe_uses_its_tiny_clip_range_and_seq_mean():
 
 
 def test_overrides_win_over_the_recipe():
-    spec = resolve("grpo-tis", correction="token-mis", correction_cap=3.0, clip_high=0.28, advantage="rloo",
-                   reduction="token-mean", is_cap=5.0, max_gen_length=8, adv_eps=1e-4)
+    spec = resolve("grpo-tis", correction="token-mis", correction_cap=3.0, clip_high=0.28, advantage="grpo",
+                   reduction="token-mean", max_gen_length=8, adv_eps=1e-4)
     assert (spec.advantage, spec.objective, spec.correction, spec.reduction) == (
-        "rloo", "clip", "token-mis", "token-mean")
-    assert (spec.correction_cap, spec.clip_low, spec.clip_high, spec.is_cap, spec.adv_eps) == (
-        3.0, 0.2, 0.28, 5.0, 1e-4)
+        "grpo", "clip", "token-mis", "token-mean")
+    assert (spec.correction_cap, spec.clip_low, spec.clip_high, spec.adv_eps) == (3.0, 0.2, 0.28, 1e-4)
+    assert resolve("pg", is_cap=5.0, max_gen_length=8).is_cap == 5.0
 
 
 def test_ppo_is_an_alias_of_clip():
@@ -178,6 +180,49 @@ def test_registering_a_piece_makes_it_resolvable_and_composable():
             register("objective", "test-neg-logp")(NegLogpMixin)
     finally:
         OBJECTIVES.pop("test-neg-logp", None)
+
+
+@pytest.mark.parametrize("algo, constant", [
+    ("grpo", dict(correction_cap=2.0)),  # the none correction: this would be plain GRPO, not GRPO-TIS
+    ("grpo", dict(is_cap=3.0)),
+    ("pg", dict(clip_high=0.28)),
+    ("grpo-tis", dict(icepop_low=0.1)),
+    ("grpo-icepop", dict(divergence_threshold=0.05)),
+    ("pg", dict(adv_eps=0.0)),
+])
+def test_a_constant_that_no_chosen_piece_reads_is_refused_naming_the_pieces_that_do(algo, constant):
+    (name, value), = constant.items()
+    readers = [n for table in (ADVANTAGES, OBJECTIVES, CORRECTIONS) for n, cls in table.items() if name in cls.reads]
+    with pytest.raises(UserError) as e:
+        resolve(algo, max_gen_length=8, **constant)
+    message = str(e.value)
+    assert message.startswith(f"--{name.replace('_', '-')} {value:g}: none of this run's pieces") and readers
+    assert all(n in message for n in readers), message
+    # The same constant with a piece that reads it is taken.
+    kind = next(k for k, table in (("advantage", ADVANTAGES), ("objective", OBJECTIVES), ("correction", CORRECTIONS))
+                if readers[0] in table)
+    cap = {"correction_cap": 2.0} if getattr(lookup(kind, readers[0]), "needs_cap", False) else {}
+    spec = resolve(algo, max_gen_length=8, **{kind: readers[0], **cap, **constant})
+    assert getattr(spec, name) == value
+
+
+def test_a_piece_that_does_not_say_what_it_reads_may_read_any_constant():
+    try:
+        @register("correction", "test-own-cap")
+        class OwnCapMixin:
+            def correction(self, batch):
+                return batch.mask.new_ones(batch.mask.shape), {}
+
+        assert resolve("grpo", correction="test-own-cap", correction_cap=2.0, max_gen_length=8).correction_cap == 2.0
+    finally:
+        CORRECTIONS.pop("test-own-cap", None)
+
+
+def test_every_built_in_piece_says_what_it_reads_and_names_real_constants():
+    constants = {f.name for f in dataclasses.fields(AlgorithmSpec)}
+    for table in (ADVANTAGES, OBJECTIVES, CORRECTIONS, REDUCTIONS):
+        for name, cls in table.items():
+            assert cls.reads is not None and set(cls.reads) <= constants, (name, cls.reads)
 
 
 def test_every_mixin_is_exported_by_name():

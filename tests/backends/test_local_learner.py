@@ -203,8 +203,7 @@ def test_every_logged_statistic_is_the_same_however_the_rollout_is_cut_into_pass
             dict(micro_batch_size=16, micro_batch_tokens=int(lengths.max()) * 3))
     logged = []
     for cut in cuts:
-        learner = build(tiny_model(), dtype="fp32", algo=algo, num_samples=4, train_batch_size=8, correction_cap=2.0,
-                        **cut)
+        learner = build(tiny_model(), dtype="fp32", algo=algo, num_samples=4, train_batch_size=8, **cut)
         stats = learner.update(rollout, step=0).stats
         logged.append({k: v for k, v in stats.items() if k.split("/")[0] in ("train", "ratio", "phantom", "mismatch",
                                                                               "loss", "precision")})

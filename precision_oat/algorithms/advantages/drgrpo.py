@@ -14,7 +14,7 @@ from ..registry import register
 from ._group import as_groups
 
 
-@register("advantage", "drgrpo")
+@register("advantage", "drgrpo", reads=())
 class DrGRPOMixin:
     """Advantage r − mean_g within each prompt's group."""
 

@@ -13,7 +13,7 @@ from ..registry import register
 from ._group import as_groups
 
 
-@register("advantage", "grpo")
+@register("advantage", "grpo", reads=("adv_eps",))
 class GRPOMixin:
     """Advantage (r − mean_g) / (std_g + ε) within each prompt's group."""
 

@@ -12,7 +12,7 @@ from ..policy_loss import AlgorithmSpec
 from ..registry import register
 
 
-@register("advantage", "reinforce")
+@register("advantage", "reinforce", reads=())
 class ReinforceMixin:
     """Advantage = reward."""
 

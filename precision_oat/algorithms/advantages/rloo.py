@@ -14,7 +14,7 @@ from ..registry import register
 from ._group import as_groups
 
 
-@register("advantage", "rloo")
+@register("advantage", "rloo", reads=())
 class RLOOMixin:
     """Advantage r_i − mean_{j≠i} r_j within each prompt's group (needs G ≥ 2)."""
 

@@ -41,7 +41,7 @@ LEVELS = {
 }
 
 
-@register("correction", "divergence-mask")
+@register("correction", "divergence-mask", reads=("divergence_measure", "divergence_level", "divergence_threshold"))
 class DivergenceMaskMixin:
     """1 where the token's or response's k1/k2/k3 is at most τ, else 0."""
 

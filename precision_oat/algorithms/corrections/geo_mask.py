@@ -19,7 +19,7 @@ from ..registry import register
 from ._ratio import dropped_shares, token_log_ratio
 
 
-@register("correction", "geo-mask")
+@register("correction", "geo-mask", reads=("geo_mask_low", "geo_mask_high"))
 class GeoMaskMixin:
     """1 per sequence whose exp(mean_t log π_old/μ) lies in [lo, hi], else 0."""
 

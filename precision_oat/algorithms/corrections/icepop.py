@@ -20,7 +20,7 @@ from ..registry import register
 from ._ratio import dropped_shares, token_log_ratio
 
 
-@register("correction", "icepop")
+@register("correction", "icepop", reads=("icepop_low", "icepop_high"))
 class IcePopMixin:
     """π_old/μ per token, zero outside [α, β]."""
 

@@ -9,7 +9,7 @@ from ..policy_loss import PolicyBatch, Stats
 from ..registry import register
 
 
-@register("correction", "none")
+@register("correction", "none", reads=())
 class NoCorrectionMixin:
     """Weight 1: trust the sampler's tokens as if the trainer had drawn them."""
 

@@ -17,7 +17,7 @@ from ..registry import register
 from ._ratio import require_cap, seq_log_ratio
 
 
-@register("correction", "seq-mis")
+@register("correction", "seq-mis", reads=("correction_cap",))
 class SeqMISMixin:
     """Π_t π_old/μ per sequence, zero where it exceeds C."""
 

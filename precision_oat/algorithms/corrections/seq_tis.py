@@ -16,7 +16,7 @@ from ..registry import register
 from ._ratio import require_cap, seq_log_ratio
 
 
-@register("correction", "seq-tis")
+@register("correction", "seq-tis", reads=("correction_cap",))
 class SeqTISMixin:
     """min(Π_t π_old/μ, C) per sequence."""
 

@@ -16,7 +16,7 @@ from ..registry import register
 from ._ratio import require_cap, token_log_ratio
 
 
-@register("correction", "token-mis")
+@register("correction", "token-mis", reads=("correction_cap",))
 class TokenMISMixin:
     """π_old/μ per token, zero where it exceeds C."""
 

@@ -15,7 +15,7 @@ from ..registry import register
 from ._ratio import require_cap, token_log_ratio
 
 
-@register("correction", "token-tis")
+@register("correction", "token-tis", reads=("correction_cap",))
 class TokenTISMixin:
     """min(π_old/μ, C) per token."""
 

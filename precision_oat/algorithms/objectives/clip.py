@@ -14,7 +14,7 @@ from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_mean
 from ..registry import register
 
 
-@register("objective", "clip", aliases=("ppo",))
+@register("objective", "clip", aliases=("ppo",), reads=("clip_low", "clip_high"))
 class ClipMixin:
     """Pessimistic max of the unclipped and clipped −A·r_t."""
 

@@ -15,7 +15,7 @@ from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum, sequenc
 from ..registry import register
 
 
-@register("objective", "gspo")
+@register("objective", "gspo", reads=("clip_low", "clip_high"))
 class GSPOMixin:
     """Clipped surrogate on the per-sequence geometric-mean ratio s."""
 

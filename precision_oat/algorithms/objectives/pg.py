@@ -18,7 +18,7 @@ from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_sum, sequenc
 from ..registry import register
 
 
-@register("objective", "pg")
+@register("objective", "pg", reads=("is_cap",))
 class ISPGMixin:
     """−min(exp ρ, C)·A·log π_θ with ρ the detached sequence log-ratio π_θ vs μ."""
 

@@ -16,7 +16,7 @@ from ..policy_loss import AlgorithmSpec, PolicyBatch, Stats, masked_mean
 from ..registry import register
 
 
-@register("objective", "token-is")
+@register("objective", "token-is", reads=("is_cap",))
 class TokenISPGMixin:
     """−min(exp Δ_t, C)·A·log π_θ,t with Δ_t detached."""
 

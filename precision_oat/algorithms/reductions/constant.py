@@ -12,7 +12,7 @@ from ..policy_loss import AlgorithmSpec, PolicyBatch
 from ..registry import register
 
 
-@register("reduction", "constant")
+@register("reduction", "constant", reads=())
 class ConstantNormMixin:
     """Σ_b Σ_t m ℓ / loss_constant / num_sequences."""
 

@@ -12,7 +12,7 @@ from ..policy_loss import PolicyBatch
 from ..registry import register
 
 
-@register("reduction", "seq-mean")
+@register("reduction", "seq-mean", reads=())
 class SeqMeanMixin:
     """Σ_b (Σ_t m ℓ / Σ_t m) / num_sequences."""
 

@@ -12,7 +12,7 @@ from ..policy_loss import PolicyBatch
 from ..registry import register
 
 
-@register("reduction", "token-mean")
+@register("reduction", "token-mean", reads=())
 class TokenMeanMixin:
     """Σ m ℓ / num_tokens."""
 
