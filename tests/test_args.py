@@ -209,7 +209,7 @@ def test_of_two_presets_the_last_is_loaded_and_recorded(tmp_path):
 
 def test_preset_accepts_scientific_notation_without_a_dot(tmp_path):
     # YAML 1.1 reads `1e-5` as a string; a preset line must mean what the same flag means.
-    args = parse_args(["--preset", str(_write_preset(tmp_path, "learning_rate: 1e-5\nclip_high: 4e-4\n"))])
+    args = parse_args(["--preset", str(_write_preset(tmp_path, "algo: grpo\nlearning_rate: 1e-5\nclip_high: 4e-4\n"))])
     assert args.train.learning_rate == 1e-5 and isinstance(args.train.learning_rate, float)
     assert args.algorithm.clip_high == 4e-4
 

@@ -138,6 +138,12 @@ def resolve(
         raise UserError(f"--adv-eps {adv_eps}: must be a finite number ≥ 0")
     _positive(fields["correction_cap"], "--correction-cap")
     _positive(max_gen_length, "--max-new-tokens")
+    if all(getattr(lookup(kind, fields[kind]), "weighs_by_sampler", False) for kind in ("objective", "correction")):
+        raise UserError(
+            f"--objective {fields['objective']} with --correction {fields['correction']}: the objective already weighs "
+            "by π_θ/μ and the correction would weigh by π_old/μ again (the sampler's weight squared); use --correction "
+            "none (--is-cap C truncates the objective's weight), a mask (geo-mask, divergence-mask), or --objective clip"
+        )
     spec = AlgorithmSpec(**fields, loss_constant=float(max_gen_length), adv_eps=adv_eps, **settings)
     given = {k: v for k, v in overrides.items() if v is not None and k not in _PIECE_FLAGS}
     given.update({k: v for k, v in dict(adv_eps=adv_eps, **settings).items() if v != getattr(AlgorithmSpec, k)})

@@ -249,3 +249,17 @@ def test_the_algorithms_package_imports_only_torch_and_the_standard_library():
 def test_recipe_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         RECIPES["pg"].objective = "clip"
+
+
+@pytest.mark.parametrize("objective", ["pg", "token-is"])
+@pytest.mark.parametrize("correction", ["token-tis", "token-mis", "seq-tis", "seq-mis", "icepop"])
+def test_an_objective_weighted_by_the_sampler_refuses_a_correction_that_weighs_by_it_again(objective, correction):
+    # pg's weight is exp Σ(log π_θ − log μ); a TIS/MIS/IcePop weight π_old/μ on top of it squares the sampler's
+    # weight on the first update (π_θ = π_old): a response with ρ = 0.5 would get e^1, not e^0.5.
+    with pytest.raises(ValueError, match=rf"--objective {objective} with --correction {correction}"):
+        resolve("pg", objective=objective, correction=correction, correction_cap=10.0, max_gen_length=8)
+
+
+@pytest.mark.parametrize("correction", ["none", "geo-mask", "divergence-mask"])
+def test_an_objective_weighted_by_the_sampler_takes_a_pure_mask(correction):
+    assert resolve("pg", correction=correction, max_gen_length=8).correction == correction

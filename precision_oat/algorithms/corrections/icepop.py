@@ -25,6 +25,8 @@ class IcePopMixin:
     """π_old/μ per token, zero outside [α, β]."""
 
     algo: AlgorithmSpec
+    # Its weight is π_old/μ: resolve() refuses it beside an objective that weighs by π_θ/μ already.
+    weighs_by_sampler = True
 
     def correction(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         log_ratio = token_log_ratio(batch)

@@ -23,6 +23,8 @@ class SeqTISMixin:
     algo: AlgorithmSpec
     # It reads algo.correction_cap: resolve() asks for --correction-cap when the recipe sets none.
     needs_cap = True
+    # Its weight is π_old/μ: resolve() refuses it beside an objective that weighs by π_θ/μ already.
+    weighs_by_sampler = True
 
     def correction(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         log_cap = math.log(require_cap(self.algo, "seq-tis"))

@@ -23,6 +23,8 @@ class ISPGMixin:
     """−min(exp ρ, C)·A·log π_θ with ρ the detached sequence log-ratio π_θ vs μ."""
 
     algo: AlgorithmSpec
+    # Its weight is π_θ/μ: resolve() refuses a correction that weighs by π_old/μ on top of it.
+    weighs_by_sampler = True
 
     def objective(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         mask = batch.mask

@@ -21,6 +21,8 @@ class TokenISPGMixin:
     """−min(exp Δ_t, C)·A·log π_θ,t with Δ_t detached."""
 
     algo: AlgorithmSpec
+    # Its weight is π_θ/μ: resolve() refuses a correction that weighs by π_old/μ on top of it.
+    weighs_by_sampler = True
 
     def objective(self, batch: PolicyBatch) -> tuple[torch.Tensor, Stats]:
         mask = batch.mask
