@@ -60,12 +60,14 @@ def write_checkpoint(output_dir: Path, step: int, learner, tokenizer, world: Wor
     world.barrier()
     policy = export_policy(learner, world)
     learner.save_state(written)
+    cuda_rng = world.gather(cuda_rng_state())  # each rank's own: dropout on a GPU draws from it
     world.barrier()
     if world.is_main:
         with quiet_save():
             policy.save_pretrained(written)
             tokenizer.save_pretrained(written)
-        torch.save({"step": step, "rng": rng_states(), "world_size": world.size}, written / "trainer_state.pt")
+        torch.save({"step": step, "rng": rng_states(), "cuda_rng": cuda_rng, "world_size": world.size},
+                   written / "trainer_state.pt")
         _fsync_tree(written)
     return written
 
@@ -151,11 +153,14 @@ def require_checkpoint(output_dir: Path) -> Path:
     return folder
 
 
-def load_checkpoint(folder: Path, learner) -> int:
+def load_checkpoint(folder: Path, learner, world: World = SINGLE) -> int:
     """Restore the learner and RNG states from ``folder``; return the number of completed steps."""
     state = torch.load(folder / "trainer_state.pt", weights_only=True)
     learner.load_state(folder)
     set_rng_states(state["rng"])
+    cuda_rng = state.get("cuda_rng", [None] * world.size)[world.rank]
+    if cuda_rng is not None:
+        torch.cuda.set_rng_state(cuda_rng)
     return int(state["step"])
 
 
@@ -178,7 +183,7 @@ def resume_checkpoint(output_dir: Path, learner, world: World = SINGLE) -> tuple
     for folder in world.broadcast(checkpoints_newest_first(output_dir)):
         problems = [(rank, p) for rank, p in enumerate(world.gather(unreadable(folder, learner))) if p is not None]
         if not problems:
-            return folder, load_checkpoint(folder, learner)
+            return folder, load_checkpoint(folder, learner, world)
         if world.is_main:
             where = "" if world.size == 1 else f" on rank {problems[0][0]}"
             _warn(f"checkpoint {folder} is unreadable{where} ({problems[0][1]}); trying the one before it")
@@ -225,6 +230,11 @@ def rng_states() -> dict:
         "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
                   "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
     }
+
+
+def cuda_rng_state() -> Optional[torch.Tensor]:
+    """This process's CUDA generator (its current device's), or None where CUDA is not in use."""
+    return torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
 
 def set_rng_states(rng: dict) -> None:
