@@ -78,6 +78,7 @@ def test_gpu_layouts(oat_args):
     [
         (("--sampler", "vllm", "--dtype", "bf16"), 0, "needs a CUDA GPU"),
         (("--dtype", "fp16"), 0, "DeepSpeed refuses fp16 without a GPU"),
+        (("--dtype", "fp32", "--gpus", "2", "--collocate", "True"), 0, "without CUDA the Oat backend runs one learner"),
         (("--prompts-per-step", "3", "--dtype", "bf16"), 4, "multiple of the 2 learners"),
     ],
 )

@@ -71,6 +71,9 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
         raise UserError(f"--gpus {gpus}: only {cuda_devices} GPUs are visible")
     collocate = oat.collocate if oat.collocate is not None else gpus == 1
     learners = gpus if collocate else gpus - gpus // 2
+    if cuda_devices == 0 and learners > 1:
+        raise UserError(f"--gpus {gpus}: without CUDA the Oat backend runs one learner (its CPU shims do not combine "
+                        "several: their statistics come out wrong and the second weight broadcast hangs); use --gpus 1")
 
     g = r.num_samples
     if r.prompts_per_step % learners:
