@@ -250,3 +250,4 @@ def test_every_preset_command_the_pages_show_has_the_flags_its_preset_launches_w
             assert not missing, f"{page}: `{line.strip()}` lacks {missing} (the launch line of {command.group(1)})"
             shown += 1
     assert shown >= 2
+

@@ -4,6 +4,7 @@ generator finds and rewrites a stale table between its markers."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -20,6 +21,14 @@ def test_every_table_of_docs_results_is_what_its_files_give():
     assert text == page
     # Every renderer has its place on the page: none is left to rot unseen.
     assert {m["name"] for m in map(tables.MARKER.match, page.split("\n")) if m} == set(tables.TABLES)
+
+
+def test_the_results_readme_names_every_table_in_its_tables_column():
+    # benchmarks/results/README.md: one row per section, its last column the tables written from that row's files.
+    rows = [line for line in (REPO / "benchmarks" / "results" / "README.md").read_text().splitlines()
+            if line.startswith("| §") or line.startswith("| vLLM")]
+    named = {name for row in rows for name in re.findall(r"`([\w.-]+)`", row.rstrip(" |").split("|")[-1])}
+    assert named == set(tables.TABLES), f"not named: {sorted(set(tables.TABLES) - named)}; not tables: {sorted(named - set(tables.TABLES))}"
 
 
 def test_a_stale_table_is_named_by_check_and_rewritten_without_touching_the_text_around_it(tmp_path, capsys):
