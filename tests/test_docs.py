@@ -251,3 +251,14 @@ def test_every_preset_command_the_pages_show_has_the_flags_its_preset_launches_w
             shown += 1
     assert shown >= 2
 
+
+
+def test_the_project_describes_experiments_not_the_machinery_that_lent_the_machines():
+    # The GPU commands must run from the repository alone: its own wheel list and scripts, no outside folders.
+    phrases = ("shared/gpu", "device machine", "nvidia-h200-x", "HOME/parts", "given back between")
+    skipped = {".git", ".venv", "runs", "node_modules"}
+    found = [f"{path.relative_to(ROOT)}: {phrase}"
+             for path in ROOT.rglob("*") if path.suffix in {".md", ".py", ".sh", ".txt", ".yaml", ".toml", ".cfg"}
+             and not skipped & set(path.relative_to(ROOT).parts) and path.is_file() and path.name != "test_docs.py"
+             for phrase in phrases if phrase in path.read_text(errors="replace")]
+    assert not found, found

@@ -282,6 +282,17 @@ def test_a_watching_report_packs_the_results_while_a_run_still_steps_and_returns
     assert {"a.log", "b.log"} <= packed
 
 
+def test_a_report_without_out_leaves_its_tar_in_the_results_folder(tmp_path):
+    runs = tmp_path / "runs"
+    console(runs, "a", "step    1/1  reward 0.1", "done: 1 steps in 1s")
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    run = subprocess.run(["bash", "experiments/h200/report.sh"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**env, "RUNS": str(runs)})
+    assert run.returncode == 0, run.stderr
+    listed = subprocess.run(["tar", "tzf", str(runs / "results.tgz")], capture_output=True, text=True, check=True)
+    assert "./a.log" in listed.stdout.split()
+
+
 @pytest.mark.parametrize("name, arms", [
     ("long-pair", {"pg-fp16-long": ("fp16", "same", "same"), "pg-bf16-long": ("bf16", "same", "same")}),
     ("atlas-head-fp8", {"pg-bf16-fp32head-long": ("bf16", "same", "fp32"), "grpo-tis-bf16-fp8-long": ("bf16", "fp8", "same")}),

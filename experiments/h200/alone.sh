@@ -19,7 +19,7 @@
 #                    the kernels stay installed for the whole process)
 #   atlas-invariant-counting  the same on the counting prompts
 #
-# Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
+# Usage on the H200 machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/alone.sh
 #   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh  (progress, and the results tar)
 # Each part gets at most $PART_LIMIT seconds (default 420); its output lands in $RUNS/NAME.log and $RUNS/NAME/.

@@ -28,7 +28,7 @@
 #   grpo-tis       GRPO-TIS fp16 against bf16
 #   gspo           GSPO fp16 against bf16
 #   long           the arms of ARMS (named as above) at that setting, e.g. three a window, which finish their 150 steps
-#                  at ~8.5 s a step just as the device time runs out (benchmarks/results/h200_atlas_rl_4)
+#                  at ~8.5 s a step in ~21 minutes (benchmarks/results/h200_atlas_rl_4)
 # A set's arms are named ALGO-TRAINERDTYPE-REST (an FP8 arm's REST starts fp8), as arms_report.py reads them; SEED=N
 # (default 0) runs them at seed N, named …-long-sN, so that the figures draw a set's seeds as one curve and range; e.g.
 #   SET=atlas-head-fp8 HF=… RUNS=… bash experiments/h200/arms.sh
@@ -36,7 +36,7 @@
 # Other arms go in ARMS, e.g. the stress pair at ~350 tokens (a larger learning rate, ~4 s a step for two arms):
 #   ARMS="pg-fp16-lr5e-5 pg fp16 0;pg-bf16-lr5e-5 pg bf16 0" STEPS=300 EXTRA="--learning-rate 5e-5"
 #
-# Usage on the device machine, from $HOME/snap after experiments/h200/install.sh:
+# Usage on the H200 machine, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> bash experiments/h200/arms.sh     (returns once all have started)
 #   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh          (waits ≤ 540 s; progress, and the results tar)
 #   python experiments/h200/arms_report.py <results folder> --figures <prefix> (table and figures, here)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Progress of the runs under $RUNS (experiments/h200/scale.sh or arms.sh), and a tar of their results into $OUT.
-#   RUNS=<results folder> bash experiments/h200/report.sh
-#   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh
+# Progress of the runs under $RUNS (experiments/h200/scale.sh or arms.sh), and a tar of their results into $OUT
+# (default $RUNS), for copying off the machine:
+#   RUNS=<results folder> [OUT=<folder for results.tgz>] bash experiments/h200/report.sh
+#   RUNS=<results folder> [OUT=<folder for results.tgz>] WATCH=540 bash experiments/h200/report.sh
 # WATCH=S renews the tar every 30 s for up to S seconds, ending early once every run that logs steps has printed
-# its `done:` line: a call that the device machine cuts short (its time limit, the end of the device time) still
-# brings back the results of the last 30 s, and one call can wait out the runs without a gap long enough for the
-# idle machine to be given back. Under a script that runs its parts one after another (alone.sh, two_gpus.sh) the
-# watch can also end in the moment between two parts; the next call watches on.
+# its `done:` line: a command cut short (a time limit, a lost machine) still leaves the results of the last 30 s,
+# and one command can wait out the runs. Under a script that runs its parts one after another (alone.sh,
+# two_gpus.sh) the watch can also end in the moment between two parts; the next command watches on.
 RUNS=${RUNS:?set RUNS to the results folder}
+OUT=${OUT:-$RUNS}
 cd "$RUNS" 2>/dev/null || { echo "no $RUNS yet"; exit 0; }
 
 pack() {

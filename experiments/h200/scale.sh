@@ -12,7 +12,7 @@
 #                       tokens, gradient checkpointing, each cell at one micro-batch sized to its tokens
 #   ladder-4k-compiled  the 1.5B shape at 4k without checkpointing, --compile-layers, and its update's operators
 #
-# Usage on the device machine, repo root, with the bundle installed as ../shared/gpu/README.md says:
+# Usage on the H200 machine, repository root, after experiments/h200/install.sh:
 #   HF=<SmolLM2 HF folder> RUNS=<results folder> DEADLINE=<epoch seconds> bash experiments/h200/scale.sh
 #   python3 benchmarks/results/h200_scale/summarize.py <results folder>     # its tables
 # (experiments/h200/install.sh sets the machine up; experiments/h200/report.sh watches the runs)

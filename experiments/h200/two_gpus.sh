@@ -22,7 +22,7 @@
 #            too); efficiency = one-GPU step / (2 × two-GPU step). At 64 answers it was 0.67, the sampler's decode
 #            hardly shrinking with half the batch; more prompts a step measure where it rises.
 #
-# Usage on the nvidia-h200-x2 machine, from $HOME/snap after experiments/h200/install.sh:
+# Usage on a machine with two H200s, from $HOME/snap after experiments/h200/install.sh:
 #   HF=$HOME/smolhf RUNS=<results folder> [PARTS="agree kill scaling"] bash experiments/h200/two_gpus.sh
 #   RUNS=<results folder> WATCH=540 bash experiments/h200/report.sh   (progress, and the results tar)
 #   python experiments/h200/two_gpus_report.py <results folder>  (the three parts' tables, here)
