@@ -616,12 +616,12 @@ class Args(Checked):
             raise UserError(f"--task {self.task.task}: the embedded policy (no --model) reads digits and arithmetic "
                             f"signs only, so it cannot read this task's prompts; give it a real model, e.g. "
                             f"python -m precision_oat.main {example}")
-        if self.task.task == "arithmetic":
+        if self.task.task != "math":
             for name, value in (("prompt_data", self.task.prompt_data), ("eval_data", self.eval.eval_data),
                                 ("eval_benchmarks", self.eval.eval_benchmarks)):
                 if value is not None:
                     raise UserError(
-                        f"{checks.flag(name)} applies to --task math; the arithmetic task makes its own prompts "
+                        f"{checks.flag(name)} applies to --task math; the {self.task.task} task makes its own prompts "
                         f"and benchmark (add --task math or drop {checks.flag(name)} {checks.shown(value)})"
                     )
 

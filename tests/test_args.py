@@ -270,3 +270,11 @@ def test_bypass_mode_refuses_self_consistent_old_logprobs_which_it_would_ignore(
     with pytest.raises(SystemExit) as e:
         parse_args(["--algo", "grpo", "--bypass-mode", "--self-consistent-old-logprobs"])
     assert str(e.value.code).startswith("error: --self-consistent-old-logprobs with --bypass-mode")
+
+
+@pytest.mark.parametrize("flag, value", [("--eval-data", "data/evaluation_suite"), ("--eval-benchmarks", "aime"),
+                                         ("--prompt-data", "data/train/math_1k5")])
+def test_counting_refuses_the_math_data_flags(flag, value, byte_model_dir):
+    # The counting task builds its own prompts and held-out counts: a math benchmark would be ignored.
+    with pytest.raises(SystemExit, match=f"^error: {flag} applies to --task math; the counting task makes its own"):
+        parse_args(["--task", "counting", "--model", str(byte_model_dir), flag, value])

@@ -113,3 +113,21 @@ def test_importing_the_loader_does_not_import_datasets():
 
     code = "import sys, precision_oat.tasks.data; assert 'datasets' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_row_without_a_value_is_refused_in_one_line(tmp_path):
+    # The columns come from the first row; a later row without the answer, or with a null one, is no example.
+    missing, null = tmp_path / "missing.jsonl", tmp_path / "null.jsonl"
+    missing.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({"q": "3+4?"}) + "\n")
+    null.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({"q": "3+4?", "a": None}) + "\n")
+    for path in (missing, null):
+        with pytest.raises(ValueError, match=r"row 2 has no value in column 'a' \(--output-key\)"):
+            load_examples(str(path), split=None, input_key="q", output_key="a")
+
+
+def test_columns_of_different_lengths_are_refused(tmp_path):
+    # zip() would drop the questions past the shortest column without a word.
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"q": ["1+1?", "2+2?"], "a": ["2"]}))
+    with pytest.raises(ValueError, match="one list per column, all of one length"):
+        load_examples(str(path), split=None, input_key="q", output_key="a")

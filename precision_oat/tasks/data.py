@@ -54,6 +54,12 @@ def load_examples(
     _check_columns(source, columns, input_key, output_key)
     if limit is not None:
         rows = rows[:limit]
+    # A file's columns are read off its first row; any row may lack a value (a null becomes no answer, not "None").
+    for number, row in enumerate(rows, 1):
+        for key, key_flag in ((input_key, "--input-key"), (output_key, "--output-key")):
+            if not isinstance(row, dict) or row.get(key) is None:
+                raise UserError(f"{flag} {source}: row {number} has no value in column {key!r} ({key_flag}); "
+                                "fill in or drop that row")
     return [Example(question=str(row[input_key]), reference=as_reference(row[output_key])) for row in rows]
 
 
@@ -140,6 +146,8 @@ def _read_file(path: Path, flag: str) -> list[dict]:
     except ValueError as e:  # json.JSONDecodeError, pyarrow.ArrowInvalid
         raise UserError(f"{flag} {path}: not a readable {path.suffix} file ({' '.join(str(e).split())})") from None
     if isinstance(data, dict):  # column-oriented: {"problem": [...], "answer": [...]}
+        if not all(isinstance(column, list) for column in data.values()) or len({len(c) for c in data.values()}) > 1:
+            raise UserError(f"{flag} {path}: an object of columns needs one list per column, all of one length")
         data = [dict(zip(data, values)) for values in zip(*data.values())]
     if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
         raise UserError(f"{flag} {path}: expected a list of row objects or an object of columns")

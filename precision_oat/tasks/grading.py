@@ -96,8 +96,9 @@ def _answer_tag(response: str) -> Optional[str]:
 
 # --- equivalence ---
 
-# Removed before comparing strings: sizing and spacing macros, math delimiters, degrees, percent.
-_DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\ ", "$")
+# Removed before comparing strings: sizing and spacing macros, dollar signs (currency, then math
+# delimiters), degrees, percent.
+_DROP = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\ ", "\\$", "$")
 _DROP += ("^{\\circ}", "^\\circ", "\\%", "%")
 
 
@@ -221,7 +222,8 @@ def judge(answer: str, references: tuple[str, ...]) -> Verdict:
     config = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
 
     def _parse(text: str):
-        text = text if "$" in text else f"${text}$"
+        # Math delimiters, unless the text has its own; an escaped \$ is a currency sign, not one.
+        text = text if re.search(r"(?<!\\)\$", text) else f"${text}$"
         return parse(
             text,
             extraction_config=config,

@@ -205,3 +205,15 @@ def test_vllms_own_out_of_memory_gets_the_device_memory_and_the_flag_to_lower():
     with pytest.raises(RuntimeError, match="^shape mismatch$"):
         with out_of_memory_explained("vLLM's wake-up (weights) after the update", SAMPLER_WAKE_MEMORY_FLAGS):
             raise RuntimeError("shape mismatch")
+
+
+def test_evaluation_prompt_longer_than_the_limit(tmp_path, byte_model_dir):
+    # Short training prompts fit; AIME's do not: refused before the run starts, not sampled past the limit.
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(4)))
+    args = make_args(model=str(byte_model_dir), task="math", prompt_data=str(data), prompts_per_step=2, num_samples=2,
+                     max_new_tokens=4, max_prompt_length=16, steps=1, eval_every=1, eval_benchmarks=("aime",),
+                     eval_limit=2, eval_samples=2, output_dir=str(tmp_path / "out"))
+    with pytest.raises(UserError, match="--max-prompt-length 16: 2 of 2 prompts are longer"):
+        train(args)
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()

@@ -33,6 +33,12 @@ def r1_distill(answer: str) -> str:
         ("(3, \\pi/2)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
         ("142", "142.0"),
         ("10,\\!100", "10100"),
+        # Dollar amounts, as MATH writes them (MATH-500 has three): the currency sign is no math delimiter.
+        ("36", "\\$36"),
+        ("\\$36", "36"),
+        ("18.90", "\\$18.90"),
+        ("32,348", "\\$32,\\!348"),
+        ("32348", "\\$32,\\!348"),
         ("\\begin{pmatrix}1&0\\\\2018&1\\end{pmatrix}", "\\begin{pmatrix} 1 & 0 \\\\ 2018 & 1 \\end{pmatrix}"),
     ],
 )
@@ -49,6 +55,7 @@ def test_equivalent_answers_are_correct(boxed, reference):
         ("(2,5]", "[2,5)"),
         ("-3", "3"),
         ("143", "142"),
+        ("37", "\\$36"),
     ],
 )
 def test_different_answers_are_incorrect(boxed, reference):

@@ -113,11 +113,17 @@ def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
     policy = load_policy(args.model)
     task = build_task(args.task, args.eval, policy.tokenizer)
     task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
+    evaluated = task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {}
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
-                 args.train.train_batch_size, task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {})
+                 args.train.train_batch_size, evaluated)
     examples = task.train_set()
     check_prompt_lengths([len(encode_prompt(task, policy.tokenizer, e)) for e in examples],
                          args.rollout.max_prompt_length)
+    # Evaluation prompts go to the same sampler (vLLM's max_model_len counts on this limit).
+    held_out = [e for benchmark in evaluated.values() for e in benchmark]
+    if held_out:
+        check_prompt_lengths([len(encode_prompt(task, policy.tokenizer, e)) for e in held_out],
+                             args.rollout.max_prompt_length)
     return policy, task, examples
 
 
