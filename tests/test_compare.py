@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import struct
@@ -25,6 +26,7 @@ import tyro
 from precision_oat.compare import compare
 from precision_oat.compare.__main__ import CompareArgs
 from precision_oat.compare.figures import curve
+from precision_oat.compare.stats import run_stats
 from tests.test_args import _check_help, _render_help, parse_help
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,6 +185,16 @@ def test_a_run_still_writing_is_compared_on_its_complete_rows(root, tmp_path):
     assert (row["steps"], row["window"]) == ("4", "4")
     assert float(row["reward_last"]) == pytest.approx(by_hand(root / "pg-fp16-s0", width=4)["reward_last"],
                                                       rel=1e-12, abs=1e-15)
+
+
+def test_a_run_whose_mismatch_was_not_finite_is_compared(tmp_path, capsys):
+    # metrics.jsonl holds a non-finite float as a string ("nan", "inf"); the table shows it as such.
+    rows = [{"step": 1, "time/elapsed_s": 1.0, "reward/mean": 0.25, "mismatch/abs_logp_diff_mean": 0.01},
+            {"step": 2, "time/elapsed_s": 2.0, "reward/mean": 0.75, "mismatch/abs_logp_diff_mean": "nan"}]
+    (tmp_path / "pg-fp16-s0.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    [group] = compare([tmp_path], plots=False, log=lambda line: None)
+    assert math.isnan(run_stats(group.runs[0], 2)["abs_logp_diff"])
+    assert run_stats(group.runs[0], 2)["reward_last"] == 0.5
 
 
 @pytest.mark.parametrize("case", ["empty folder", "missing folder", "run before its first step"])

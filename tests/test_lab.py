@@ -111,6 +111,22 @@ def test_a_task_without_prompts_of_its_own_is_refused_before_anything_is_written
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flags, expected", [
+    (["--temperature", "0"], "error: --temperature 0.0: must be a finite number > 0 (the trainer divides logits by it)"),
+    (["--num-samples", "0"], "error: --num-samples 0: must be an integer ≥ 1"),
+    (["--micro-batch-size", "0"], "error: --micro-batch-size 0: must be an integer ≥ 1"),
+    (["--num-prompts", "-1"], "error: --num-prompts -1: must be an integer ≥ 1"),
+])
+def test_a_value_the_measurement_cannot_use_is_refused_before_anything_is_written(flags, expected, tmp_path):
+    # Before: --temperature 0 wrote NaN for every statistic, --num-prompts -1 took all prompts but the last, and
+    # the other two failed with a traceback after sampling.
+    out = tmp_path / "lab"
+    with pytest.raises(SystemExit) as e:
+        cli([*flags, "--dtypes", "fp32", "--device", "cpu", "--no-plots", "--output-dir", str(out)])
+    assert str(e.value.code) == expected
+    assert not out.exists()
+
+
 def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_itself(embedded_policy_dir, tmp_path):
     args = LabArgs(model=str(embedded_policy_dir), trainer="deepspeed", dtypes=("bf16", "fp32"), num_prompts=8,
                    num_samples=2, max_new_tokens=6, micro_batch_size=8, device="cpu", plots=False, output_dir=tmp_path)

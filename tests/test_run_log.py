@@ -75,3 +75,18 @@ def test_a_resume_replaces_the_steps_logged_past_the_checkpoint_in_metrics_and_w
     assert wandb_history(tmp_path) == jsonl
     # Both parts are the same wandb run: folders offline-run-<time>-<run id>[-<n> when <time> repeats].
     assert len({p.name.split("-")[3] for p in (tmp_path / "wandb").glob("offline-run-*")}) == 1
+
+
+def test_a_resume_reads_back_the_non_finite_values_it_wrote_and_summarizes_them(tmp_path):
+    from precision_oat.runs.folder import summarize_run
+
+    log = RunLog(tmp_path, {}, wandb_mode="disabled", project="test", run_name="run")
+    for step, k3 in ((1, 1e-4), (2, float("nan")), (3, float("inf"))):
+        log.log({"step": step, "reward/mean": 0.5, "mismatch/k3": k3}, total_steps=4, echo=False)
+    log.close()
+    assert '"mismatch/k3": "nan"' in (tmp_path / "metrics.jsonl").read_text()  # how JSON holds them
+    resumed = RunLog(tmp_path, {}, wandb_mode="disabled", project="test", run_name="run", resume_step=3)
+    resumed.log({"step": 4, "reward/mean": 0.5, "mismatch/k3": 1e-4}, total_steps=4, echo=False)
+    resumed.close()
+    assert [type(row["mismatch/k3"]) for row in resumed.history] == [float] * 4
+    assert str(summarize_run(resumed.history, tmp_path)["mismatch/k3"]) == "nan"

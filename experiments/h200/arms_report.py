@@ -36,8 +36,9 @@ import argparse
 from pathlib import Path
 
 from precision_oat.compare.figures import draw
-from precision_oat.compare.loading import RunRecord, config_from_name, group_runs, metrics_files, read_rows
+from precision_oat.compare.loading import RunRecord, config_from_name, group_runs, metrics_files
 from precision_oat.compare.stats import best_window, mean_of, seconds_per_step, window_means
+from precision_oat.runs.log import read_metrics
 
 WINDOW_STARTS = (1, 21, 41, 61, 91, 141, 191, 241, 291)
 
@@ -51,7 +52,7 @@ def load_arms(folders: list[Path]) -> dict[str, list[dict]]:
                 raise SystemExit(f"arms_report: {where[name]} and {folder} both hold an arm named {name}; "
                                  "rename one of them (NAME = ALGO-DTYPE-REST, e.g. a suffix to REST)")
             where[name] = folder
-            rows = read_rows(path)
+            rows = read_metrics(path)
             if sum("reward/mean" in r for r in rows) >= 10:
                 arms[name] = rows
     return dict(sorted(arms.items()))

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from precision_oat.compare.loading import read_rows
+from precision_oat.runs.log import read_metrics
 from precision_oat.compare.stats import mean_of
 from precision_oat.runs.folder import STEP_PARTS
 
@@ -30,7 +30,7 @@ TRANSPORT = re.compile(r"NCCL INFO Channel \S+ : \S+ -> \S+ via (\S+)")
 
 def train_rows(folder: Path) -> list[dict]:
     path = folder / "metrics.jsonl"
-    return [r for r in read_rows(path) if "reward/mean" in r] if path.is_file() else []
+    return [r for r in read_metrics(path) if "reward/mean" in r] if path.is_file() else []
 
 
 def relative(a: float, b: float) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from precision_oat.errors import UserError
+from precision_oat.runs.log import read_metrics
 
 NAME = re.compile(r"(?P<algo>.+?)-(?P<dtype>fp16|bf16|fp32)(?:-(?P<rest>.+))?")
 SEED = re.compile(r"(?:(?P<variant>.+)-)?s(?P<seed>\d+)")
@@ -87,17 +88,6 @@ class Group:
         return [r.seed for r in self.runs if r.seed is not None]
 
 
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a metrics file; a torn last line (a run still writing, or killed) is left out."""
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
 def metrics_files(folder: Path) -> dict[str, Path]:
     """NAME → metrics file of the runs directly under ``folder`` (NAME/metrics.jsonl over NAME.metrics.jsonl)."""
     found = {p.name.removesuffix(".metrics.jsonl"): p for p in folder.glob("*.metrics.jsonl")}
@@ -111,7 +101,7 @@ def read_run(name: str, path: Path) -> RunRecord:
         config = json.loads(config_file.read_text())
     else:
         config = config_from_name(name)
-    return RunRecord(name, path, read_rows(path), config)
+    return RunRecord(name, path, read_metrics(path), config)
 
 
 def config_from_name(name: str) -> dict:

@@ -36,6 +36,7 @@ from typing import Literal, Optional
 import numpy as np
 import torch
 
+from precision_oat import checks
 from precision_oat.errors import UserError
 from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.lm_head import use_fp32_head
@@ -219,6 +220,12 @@ def check_lab_args(args: LabArgs) -> None:
     from precision_oat.models import resolve_device
 
     check_prompt_source(args)
+    checks.integer(args, "num_samples", 1)
+    checks.integer(args, "max_new_tokens", 1)
+    checks.number(args, "temperature", gt=0, why="the trainer divides logits by it")
+    checks.integer(args, "micro_batch_size", 1)
+    checks.integer(args, "logprob_chunk_size", 1)
+    checks.number(args, "vllm_gpu_memory_utilization", gt=0, le=1, why="a fraction of the GPU's memory")
     if not args.dtypes:
         raise UserError("--dtypes: give at least one of fp8, bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
     for what, chosen in (("--dtypes fp8", any(d.startswith("fp8") for d in args.dtypes)),

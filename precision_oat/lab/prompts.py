@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from precision_oat import checks
 from precision_oat.errors import UserError
 
 
@@ -32,7 +33,9 @@ class PromptSource:
 
 
 def check_prompt_source(source: PromptSource) -> None:
-    """Refuse a --task that cannot give prompts with these flags, before anything is loaded."""
+    """Refuse a --task that cannot give prompts with these flags, and a count of prompts below 1, before anything is
+    loaded."""
+    checks.integer(source, "num_prompts", 1)
     if source.task == "arithmetic":
         return
     if source.prompt_data is not None:

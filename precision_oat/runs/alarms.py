@@ -9,6 +9,7 @@ after its checkpoint, with exit status :data:`ALARM_EXIT_STATUS`.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -43,7 +44,8 @@ class Alarm:
         return f"{self.key}{'>' if self.above else '<'}{self.threshold:g}"
 
     def crossed(self, value: float) -> bool:
-        return value > self.threshold if self.above else value < self.threshold
+        """Past the threshold; a NaN (a step that blew up) is past every threshold."""
+        return math.isnan(value) or (value > self.threshold if self.above else value < self.threshold)
 
 
 def parse_alarms(specs: Sequence[str]) -> list[Alarm]:

@@ -115,14 +115,18 @@ def kept_rows(path: Path, last_step: int) -> list[dict]:
     """The rows of ``path`` up to ``last_step`` (a torn last line from a crash is dropped)."""
     if not path.is_file():
         return []
+    return [row for row in read_metrics(path) if row.get("step", 0) <= last_step]
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of a metrics file as :meth:`RunLog.log` had them: a torn line (a run still writing, or killed) is
+    left out, and the non-finite floats written as "nan", "inf", "-inf" are floats again."""
     rows = []
     for line in path.read_text().splitlines():
         try:
-            row = json.loads(line)
+            rows.append(json.loads(line, object_hook=_from_json))
         except json.JSONDecodeError:
             continue
-        if row.get("step", 0) <= last_step:
-            rows.append(row)
     return rows
 
 
@@ -150,3 +154,11 @@ def _jsonable(v):
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v
+
+
+NON_FINITE = {str(v): v for v in (math.nan, math.inf, -math.inf)}
+
+
+def _from_json(row: dict) -> dict:
+    """A row read back: the strings :func:`_jsonable` made of non-finite floats are floats again."""
+    return {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in row.items()}

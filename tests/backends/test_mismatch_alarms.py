@@ -55,6 +55,14 @@ def test_a_warning_comes_once_per_excursion():
     assert started == [2, 5] and marks == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
 
 
+def test_a_nan_is_past_every_threshold():
+    # A step that blew up logs NaN: the alarm that watches for a blow-up must not stay quiet then.
+    watch = AlarmWatch(parse_alarms(["mismatch/k3>1e-3", "reward/mean<0.1"]))
+    metrics = {"mismatch/k3": float("nan"), "reward/mean": float("nan")}
+    assert [str(a) for a in watch.check(metrics)] == ["mismatch/k3>0.001", "reward/mean<0.1"]
+    assert metrics["alarm/mismatch/k3"] == metrics["alarm/reward/mean"] == 1.0
+
+
 def test_a_band_on_one_key_marks_it_while_either_end_is_crossed():
     watch = AlarmWatch(parse_alarms(["reward/mean<0.2", "reward/mean>0.8"]))
     marks = []

@@ -15,7 +15,6 @@ run); everything the program's processes write goes to ``OUTPUT_DIR/oat.log`` (c
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from precision_oat.errors import UserError
 from precision_oat.precision.policy import describe_contract
 from precision_oat.runs.folder import output_dir_for, start_new_run, summarize_run, write_json
 from precision_oat.runs.lock import RunLock
+from precision_oat.runs.log import read_metrics
 
 
 def portable_embedded_policy(folder: Path) -> Path:
@@ -139,7 +139,7 @@ def launch(args: Args, out: Path) -> dict:
                 raise UserError(reason.removeprefix(BAD_INPUT))
             raise RuntimeError(f"the Oat learner failed:\n{reason}")
         metrics = out / "metrics.jsonl"
-        history = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+        history = read_metrics(metrics) if metrics.is_file() else []
         if not any("loss/policy" in h for h in history):
             raise RuntimeError(f"the Oat program ended without a training step; see {log}")
     summary = summarize_run([h for h in history if "reward/mean" in h], out)
