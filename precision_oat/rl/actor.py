@@ -16,6 +16,7 @@ from precision_oat.distributed.world import SINGLE, World
 from precision_oat.errors import SAMPLER_MEMORY_FLAGS, UserError, out_of_memory_explained
 from precision_oat.rl.rollout import Rollout, collate
 from precision_oat.samplers.sampler import Completion, Sampler, SamplingParams, stop_token_ids
+from precision_oat.samplers.stop_strings import cut_at_stop_strings
 from precision_oat.seeds import EVALUATION, ROLLOUT, derive_seed
 from precision_oat.tasks.evaluation import Sample, summarize
 from precision_oat.tasks.task import Example, Task
@@ -41,6 +42,8 @@ class PrecisionActor:
     def sample(self, examples: Sequence[Example], params: SamplingParams) -> tuple[list[Completion], list[str]]:
         with out_of_memory_explained("the sampler's generation", SAMPLER_MEMORY_FLAGS):
             completions = self.sampler.generate([self.encode(e) for e in examples], params)
+        if self.task.stop_strings:
+            completions = [cut_at_stop_strings(c, self.tokenizer, self.task.stop_strings) for c in completions]
         texts = self.tokenizer.batch_decode([c.response_ids for c in completions], skip_special_tokens=True)
         return completions, texts
 

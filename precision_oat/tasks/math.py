@@ -132,6 +132,8 @@ class MathTask(Task):
         self.eval_path, self.eval_benchmarks = eval_path, eval_benchmarks
         self.input_key, self.output_key = input_key, output_key
         self.template, self.tokenizer = template, tokenizer
+        # The R1-Zero conversation's answer ends the response, as the paper's reference sampler stops it.
+        self.stop_strings = ("</answer>",) if template == "r1" else ()
         self.train_limit, self.eval_limit = train_limit, eval_limit
         self.grader = MathGrader(
             template=template,

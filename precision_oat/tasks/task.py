@@ -22,6 +22,8 @@ class Task(abc.ABC):
     """Owns the data, the prompt template and the oracle of one workload."""
 
     name: str
+    # Texts that end a response (sampled on, then cut after the first: samplers/stop_strings.py).
+    stop_strings: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def train_set(self) -> list[Example]:
