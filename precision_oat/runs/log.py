@@ -156,9 +156,9 @@ def _jsonable(v):
     return v
 
 
-NON_FINITE = {str(v): v for v in (math.nan, math.inf, -math.inf)}
+_NON_FINITE = {str(v): v for v in (math.nan, math.inf, -math.inf)}
 
 
 def _from_json(row: dict) -> dict:
     """A row read back: the strings :func:`_jsonable` made of non-finite floats are floats again."""
-    return {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in row.items()}
+    return {k: _NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in row.items()}
