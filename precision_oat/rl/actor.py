@@ -118,14 +118,14 @@ def encode_prompt(task: Task, tokenizer, example: Example) -> list[int]:
     return tokenizer(task.render(example), add_special_tokens=False).input_ids
 
 
-def check_prompt_lengths(lengths: Sequence[int], limit: int) -> None:
+def check_prompt_lengths(lengths: Sequence[int], limit: int, what: str = "prompts") -> None:
     """Refuse prompts longer than ``--max-prompt-length`` tokens (all of them, counted once)."""
     if not lengths:
         raise UserError("the task has no training examples")
     too_long = [n for n in lengths if n > limit]
     if too_long:
         raise UserError(
-            f"--max-prompt-length {limit}: {len(too_long)} of {len(lengths)} prompts are longer "
+            f"--max-prompt-length {limit}: {len(too_long)} of {len(lengths)} {what} are longer "
             f"(longest {max(too_long)} tokens); raise the limit or filter the data"
         )
 

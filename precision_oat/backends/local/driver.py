@@ -123,7 +123,7 @@ def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
     held_out = [e for benchmark in evaluated.values() for e in benchmark]
     if held_out:
         check_prompt_lengths([len(encode_prompt(task, policy.tokenizer, e)) for e in held_out],
-                             args.rollout.max_prompt_length)
+                             args.rollout.max_prompt_length, "evaluation prompts")
     return policy, task, examples
 
 

@@ -101,6 +101,9 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
             name: [prompt_row(self.task, e) for e in examples] for name, examples in self.task.eval_sets().items()
         }
         self.eval_prompts_dataset = [row for rows_ in self.eval_sets.values() for row in rows_]
+        if self.eval_prompts_dataset and self.args.eval_steps > 0:
+            check_prompt_lengths([len(tokenizer(r[0], add_special_tokens=False).input_ids)
+                                  for r in self.eval_prompts_dataset], self.args.prompt_max_length, "evaluation prompts")
         self.eval_prompts_dataloader = None
 
     # --- advantages ---
