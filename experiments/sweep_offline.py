@@ -30,6 +30,7 @@ import yaml
 from precision_oat.compare import compare
 from precision_oat.errors import UserError
 from precision_oat.presets import parse_args
+from precision_oat.runs.log import read_metrics
 
 
 def grid(parameters: dict) -> list[dict]:
@@ -116,8 +117,9 @@ def main(argv=None) -> None:
             failed.append(folder.name)
     if opts.dry_run:
         return
+    # A training step, not any row: a --steps 0 run logs its evaluation alone, which the comparison cannot take.
     logged = [folder for folder, _ in runs if (folder / "metrics.jsonl").is_file()
-              and (folder / "metrics.jsonl").read_text().strip()]
+              and any("reward/mean" in row for row in read_metrics(folder / "metrics.jsonl"))]
     if logged:
         print(f"\ncomparison of the {len(logged)} runs that logged a step:", flush=True)
         try:

@@ -221,3 +221,12 @@ def test_every_flag_has_its_own_help():
     flags = parse_help(text)
     _check_help(flags, "python -m precision_oat.compare")
     assert {"--window", "--plots", "--figures", "--markdown", "--csv"} <= {n for f in flags for n in f.names}
+
+
+def test_a_metrics_file_named_on_the_command_line_is_a_run(root, tmp_path):
+    # NAME.metrics.jsonl (as benchmarks/results/ stores runs) and a run folder's metrics.jsonl, each given itself.
+    stored = tmp_path / "pg-fp16-s1.metrics.jsonl"
+    stored.write_text((root / "pg-fp16-s1" / "metrics.jsonl").read_text())
+    groups = compare([stored, root / "pg-fp16-s0" / "metrics.jsonl"], plots=False, log=lambda _: None)
+    assert sorted((r.name, r.seed, len(r.train)) for g in groups for r in g.runs) == [
+        ("pg-fp16-s0", 0, 4), ("pg-fp16-s1", 1, 4)]

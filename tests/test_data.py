@@ -131,3 +131,10 @@ def test_columns_of_different_lengths_are_refused(tmp_path):
     path.write_text(json.dumps({"q": ["1+1?", "2+2?"], "a": ["2"]}))
     with pytest.raises(ValueError, match="one list per column, all of one length"):
         load_examples(str(path), split=None, input_key="q", output_key="a")
+
+
+def test_an_evaluation_suite_that_is_a_file_is_refused_for_what_it_is(tmp_path):
+    path = tmp_path / "suite.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    with pytest.raises(ValueError, match="--eval-data .*suite.jsonl: a data file holds a single dataset"):
+        load_eval_suite(str(path), input_key="q", output_key="a")

@@ -200,3 +200,15 @@ def test_the_offline_sweep_runs_the_grid_and_ends_in_the_comparison(embedded_pol
                                                                         "| pg fp16"]
     assert sorted(row["run"] for row in csv.DictReader((root / "comparison.csv").open())) == sorted(names)
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written[2:])
+
+
+def test_a_sweep_of_evaluations_alone_ends_without_a_comparison(embedded_policy_dir, tmp_path):
+    # --steps 0: every run evaluates the loaded policy and logs that row alone; no run logged a step to compare.
+    root = tmp_path / "root"
+    done = subprocess.run([sys.executable, "experiments/sweep_offline.py", "experiments/sweep_cpu_2x2.yaml",
+                           "--output-root", str(root), "--model", str(embedded_policy_dir), "--steps", "0",
+                           "--eval-limit", "2", "--wandb-mode", "disabled"], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert all((root / name / "summary.json").is_file() for name in ("pg-fp16", "pg-bf16", "grpo-fp16", "grpo-bf16"))
+    assert "comparison" not in done.stdout and not (root / "comparison.md").exists()

@@ -26,7 +26,7 @@ from precision_oat.errors import UserError
 class CompareArgs:
     """Compare runs: one table (stdout, and optionally markdown and CSV files) and the reward and mismatch figures."""
 
-    # Run folders (a run's --output-dir), or folders holding run folders (a sweep's --output-root).
+    # Run folders (a run's --output-dir), folders holding run folders (a sweep's --output-root), or metrics files.
     runs: tyro.conf.Positional[tuple[Path, ...]]
     # Steps in each reward window (the shortest run's steps when it has fewer; the header says so).
     window: int = WINDOW

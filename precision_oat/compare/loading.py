@@ -128,6 +128,10 @@ def find_runs(paths: list[Path]) -> list[RunRecord]:
             found = {path.name: path / "metrics.jsonl"}
         elif path.is_dir():
             found = metrics_files(path)
+        elif path.is_file() and path.name.endswith(".metrics.jsonl"):
+            found = {path.name.removesuffix(".metrics.jsonl"): path}
+        elif path.is_file() and path.name == "metrics.jsonl":
+            found = {path.parent.name: path}
         else:
             found = {}
         if not found:

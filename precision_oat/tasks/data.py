@@ -169,6 +169,11 @@ def _open_dataset(source: str, flag: str):
 
 def _split_names(source: str) -> list[str]:
     path = _existing_or_hub_id(source, "--eval-data")
+    if path is not None and path.is_file():
+        raise UserError(
+            f"--eval-data {source}: a data file holds a single dataset; an evaluation suite is a datasets folder "
+            "(save_to_disk of a DatasetDict) or hub id with one split per benchmark"
+        )
     data = _open_dataset(str(path) if path is not None else source, "--eval-data")
     if not hasattr(data, "keys"):
         raise UserError(
