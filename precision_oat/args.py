@@ -278,7 +278,8 @@ class TaskArgs(Checked):
     max_train: Optional[int] = None
     # Prompt template; None takes the task's own. Math: those of precision_oat.tasks.templates; arithmetic: "no", "fewshot" or "chat".
     prompt_template: Optional[str] = None
-    # Reward of a response cut at the length limit; None grades it like any other.
+    # Reward of a response cut at the length limit (counting, math); None grades it like any other.
+    # The arithmetic task grades the leading number of every response.
     truncated_reward: Optional[float] = 0.0
     # Seconds allowed to grade one response before it scores as incorrect.
     grading_timeout: float = DEFAULT_GRADING_TIMEOUT_S
@@ -624,6 +625,9 @@ class Args(Checked):
                         f"{checks.flag(name)} applies to --task math; the {self.task.task} task makes its own prompts "
                         f"and benchmark (add --task math or drop {checks.flag(name)} {checks.shown(value)})"
                     )
+        if self.task.task == "arithmetic" and self.task.truncated_reward not in (0.0, None):
+            raise UserError(f"--truncated-reward {self.task.truncated_reward}: the arithmetic task grades the leading "
+                            "number of every response, cut or not; it applies to --task counting and math")
 
 
 def _refuse_for_oat(args: Args) -> None:

@@ -278,3 +278,11 @@ def test_counting_refuses_the_math_data_flags(flag, value, byte_model_dir):
     # The counting task builds its own prompts and held-out counts: a math benchmark would be ignored.
     with pytest.raises(SystemExit, match=f"^error: {flag} applies to --task math; the counting task makes its own"):
         parse_args(["--task", "counting", "--model", str(byte_model_dir), flag, value])
+
+
+def test_arithmetic_refuses_a_truncated_reward_it_would_not_give():
+    # Its reward reads the leading number, so a cut response is graded like any other; 0 (the default) and None agree.
+    with pytest.raises(SystemExit, match="^error: --truncated-reward -1.0: the arithmetic task grades the leading number"):
+        parse_args(["--truncated-reward", "-1"])
+    for value in ("0", "None"):
+        assert parse_args(["--truncated-reward", value]).task.truncated_reward in (0.0, None)
