@@ -189,6 +189,48 @@ def test_every_flag_the_pages_name_exists():
     assert not unknown, f"flags that no command of ours has: {unknown}"
 
 
+def _choices_of(cls: type) -> dict[str, set[str]]:
+    """The values tyro accepts for each flag of a flat or grouped args dataclass whose type is a Literal (or a tuple or
+    Optional of one)."""
+    import typing
+
+    def literals(tp) -> set[str]:
+        origin = typing.get_origin(tp)
+        if origin is typing.Literal:
+            return {str(v) for v in typing.get_args(tp)}
+        if origin is typing.Annotated:
+            return literals(typing.get_args(tp)[0])
+        return set().union(*(literals(a) for a in typing.get_args(tp) if a is not Ellipsis)) if origin else set()
+
+    hints = typing.get_type_hints(cls, include_extras=True)
+    choices: dict[str, set[str]] = {}
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory):
+            for name, values in _choices_of(f.default_factory).items():
+                choices.setdefault(name, set()).update(values)
+        elif values := literals(hints[f.name]):
+            choices.setdefault(flag(f.name), set()).update(values)
+    return choices
+
+
+def test_every_value_the_pages_give_a_flag_of_choices_is_one_it_takes():
+    from precision_oat.args import Args
+    from precision_oat.lab.lab import LabArgs
+
+    choices = _choices_of(Args)
+    for name, values in _choices_of(LabArgs).items():
+        choices.setdefault(name, set()).update(values)
+    assert {"builtin", "vllm"} <= choices["--sampler"] and "token-tis" in choices["--correction"]
+    wrong = []
+    for page, text in PAGES.items():
+        # A piece the page registers itself (docs/extending.md's example) is a choice once its module is imported.
+        own = set(re.findall(r"""@register\(\s*["'][a-z]+["'],\s*["']([\w-]+)["']""", text))
+        for name, value in re.findall(r"(--[a-z][a-z0-9-]*)[ =]([a-z0-9][\w.+-]*)", text):
+            if name in choices and value not in choices[name] | own:
+                wrong.append(f"{page}: {name} {value} (it takes {', '.join(sorted(choices[name]))})")
+    assert not wrong, wrong
+
+
 def test_every_eval_key_the_pages_name_is_logged():
     from precision_oat.tasks.evaluation import Sample, summarize
 
