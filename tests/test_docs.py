@@ -304,3 +304,13 @@ def test_the_project_describes_experiments_not_the_machinery_that_lent_the_machi
              and not skipped & set(path.relative_to(ROOT).parts) and path.is_file() and path.name != "test_docs.py"
              for phrase in phrases if phrase in path.read_text(errors="replace")]
     assert not found, found
+
+
+def test_every_h200_script_is_in_the_experiments_table():
+    # experiments/README.md's table of experiments/h200/, one row per file: a script added there is listed.
+    text = (ROOT / "experiments" / "README.md").read_text()
+    table = text[text.index("## One H200"):]
+    listed = set(re.findall(r"^\| `([\w.]+)` \|", table, re.M))
+    held = {p.name for p in (ROOT / "experiments" / "h200").iterdir() if p.suffix in {".py", ".sh"}}
+    assert held == listed, f"in experiments/h200/ but not in the table: {sorted(held - listed)}; " \
+                           f"in the table but not there: {sorted(listed - held)}"
