@@ -213,3 +213,18 @@ def test_every_logged_statistic_is_the_same_however_the_rollout_is_cut_into_pass
         assert other.keys() == first.keys()
         for key in first:
             assert other[key] == pytest.approx(first[key], rel=1e-5, abs=1e-6), key
+
+
+def test_self_consistent_old_logprobs_keeps_the_gap_out_of_the_loss_and_still_reports_it():
+    # docs/metrics.md: the first mini-batch's ratio is 1 (no phantom clipping, no policy change logged), while
+    # precision/self_gap_… still compare the scoring pass with the update's forward.
+    rollout = rollout_of(tiny_model(), max_new_tokens=12)
+    flags = dict(dtype="bf16", algo="grpo", num_samples=4, micro_batch_size=3)
+    plain = build(tiny_model(), **flags).update(rollout, step=0).stats
+    consistent = build(tiny_model(), self_consistent_old_logprobs=True, **flags).update(rollout, step=0).stats
+    assert consistent["precision/self_gap_abs_mean"] > 0.0
+    assert consistent["precision/self_gap_abs_mean"] == plain["precision/self_gap_abs_mean"]
+    assert consistent["precision/self_gap_abs_max"] == plain["precision/self_gap_abs_max"]
+    assert plain["ratio/policy_change_abs_mean"] > 0.0
+    assert consistent["ratio/policy_change_abs_mean"] == 0.0
+    assert consistent["loss/ratio_mean"] == 1.0 and consistent["phantom/clip_frac"] == 0.0
