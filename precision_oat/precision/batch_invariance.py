@@ -36,5 +36,5 @@ def enable_batch_invariance() -> None:
         from vllm.model_executor.layers.batch_invariant import init_batch_invariance
     except ImportError as e:
         raise UserError(f"--batch-invariant needs vLLM's batch-invariant kernels ({e}); pip install "
-                        "precision-oat[vllm]") from None
+                        "-e \".[vllm]\" from the clone") from None
     init_batch_invariance()

