@@ -182,7 +182,6 @@ def test_without_rescoring_each_row_is_scored_once_and_the_update_is_the_self_co
 
     assert sum(rows_through["rescoring"]) == 2 * rollout.num_sequences
     assert sum(rows_through["alone"]) == rollout.num_sequences
-    assert updates["alone"].stats["perf/time/score"] < updates["rescoring"].stats["perf/time/score"]
     # The loss took π_old from the same forward both ways, so the step is the same.
     for a, b in zip(rescoring.model.parameters(), alone.model.parameters()):
         assert torch.equal(a, b)
