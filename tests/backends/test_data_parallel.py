@@ -145,8 +145,6 @@ def test_without_rescoring_two_processes_measure_the_mismatch_of_the_whole_batch
         done = launch(*flags, "--output-dir", str(tmp_path / str(processes)), processes=processes)
         assert done.returncode == 0, done.stdout + done.stderr
     [a], [b] = rows(tmp_path / "1"), rows(tmp_path / "2")
-    # No scoring pass: what the clock takes between the update's start and its first pass (a pass takes tens of ms).
-    assert a["perf/time/score"] < 1e-2 and b["perf/time/score"] < 1e-2
     for key in ("mismatch/abs_logp_diff_mean", "mismatch/k3", "mismatch/seq_logratio_std"):
         assert b[key] == pytest.approx(a[key], rel=0.05), key
 
