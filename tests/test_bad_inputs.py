@@ -252,7 +252,13 @@ def test_the_base_command_alone_is_accepted(tmp_path):
     ids=" ".join,
 )
 def test_values_on_the_edge_of_each_range_are_accepted(argv, tmp_path):
-    parse_args(command(bad(*argv), tmp_path))
+    args = parse_args(command(bad(*argv), tmp_path))
+    # Accepted as given: each flag's parsed value is the one on the command line, not a clamped or default one.
+    groups = [getattr(args, f.name) for f in dataclasses.fields(args) if dataclasses.is_dataclass(getattr(args, f.name))]
+    for flag, given in zip(argv[::2], argv[1::2]):
+        name = flag.removeprefix("--").replace("-", "_")
+        [value] = [getattr(g, name) for g in groups if hasattr(g, name)]
+        assert (value == float(given)) if isinstance(value, (int, float)) else (value == given), (flag, value)
 
 
 def test_args_built_in_code_are_checked_too():
