@@ -264,7 +264,7 @@ class TaskArgs(Checked):
     # Largest operand of the arithmetic task's sums.
     max_operand: int = 49
     # Counting task: each prompt asks for a count of MIN to MAX numbers (three-digit numbers: ~4
-    # tokens each, so 250 300 asks for answers of ~1,000-1,200 tokens).
+    # tokens each, so 250 290 asks for answers of ~1,000-1,200 tokens).
     count_lengths: tuple[int, int] = (80, 100)
     # Training prompts: a datasets folder, a .parquet/.jsonl file or a hub id; None uses the task's own.
     prompt_data: Optional[str] = None
@@ -388,7 +388,8 @@ class TrainArgs(Checked):
     learner: Literal["builtin", "deepspeed"] = "builtin"
     # DeepSpeed ZeRO stage (0-3) of --learner deepspeed and of the Oat backend's learner.
     zero_stage: int = 2
-    # Take π_old of the first mini-batch from its own forward (detached): removes the trainer's self-gap.
+    # Take π_old of the first mini-batch from its own forward (detached): takes the trainer's self-gap out of the
+    # loss (precision/self_gap_* still report it).
     self_consistent_old_logprobs: bool = False
     # Score π_old in a forward pass of its own before the update. --no-rescore takes each response's π_old from its
     # forward in the update (detached), the same policy when a rollout makes one optimiser step (no
@@ -431,7 +432,7 @@ class TrainArgs(Checked):
 class EvalArgs(Checked):
     """Evaluation on the task's benchmarks."""
 
-    # Evaluate every N steps (and at the end); None never evaluates.
+    # Evaluate every N steps (and at the end); None evaluates only a --steps 0 run.
     eval_every: Optional[int] = None
     # Datasets folder of the evaluation suite (math task).
     eval_data: Optional[str] = None

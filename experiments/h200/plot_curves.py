@@ -44,6 +44,8 @@ def main(runs_dir: Path, fig_dir: Path, name: str = "rl") -> None:
     import matplotlib.pyplot as plt
 
     runs = load_runs(runs_dir)
+    if not runs:
+        sys.exit(f"error: {runs_dir} holds no rl-ALGO-DTYPE-lrLR-seedN/metrics.jsonl; name a folder of the H200 RL runs")
     algos = sorted({k[0] for k in runs}, key=["pg", "grpo"].index)
     lrs = sorted({k[1] for k in runs}, key=float)
     fig, axes = plt.subplots(len(lrs), len(algos), figsize=(5.5 * len(algos), 3.6 * len(lrs)), squeeze=False)
@@ -87,6 +89,9 @@ def main(runs_dir: Path, fig_dir: Path, name: str = "rl") -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if {"-h", "--help"} & set(args):
+        print(__doc__.strip())
+        sys.exit(0)
     main(Path(args[0]) if args else ROOT / "benchmarks/results/h200_rl",
          Path(args[1]) if len(args) > 1 else ROOT / "docs/figures",
          args[2] if len(args) > 2 else "rl")
