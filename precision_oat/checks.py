@@ -187,3 +187,14 @@ def text(obj: Any, name: str, why: str = "") -> None:
     value = getattr(obj, name)
     if value is not None and not value.strip():
         reject(name, value, "must not be empty" + (f" ({why})" if why else ""))
+
+
+def folder(obj: Any, name: str) -> None:
+    """Field ``name`` of ``obj`` is a folder, or a path where one can be made: no file stands at it or above it."""
+    path = Path(getattr(obj, name))
+    standing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if standing is None or standing.is_dir():
+        return
+    if standing == path:
+        reject(name, path, "is a file; pass a folder (it is created when missing)")
+    reject(name, path, f"{standing} is a file, so no folder can be made under it; pass another folder")

@@ -127,6 +127,20 @@ def test_a_value_the_measurement_cannot_use_is_refused_before_anything_is_writte
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["precision_oat.lab", "precision_oat.lab.preflight"])
+def test_an_output_dir_where_a_file_stands_is_refused_in_one_line_before_the_model_loads(command, tmp_path):
+    # Before: a FileExistsError (NotADirectoryError under the file) traceback; the preflight's came after its whole run.
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    for out, expected in ((taken, f"error: --output-dir {taken}: is a file; pass a folder (it is created when missing)"),
+                          (taken / "sub", f"error: --output-dir {taken / 'sub'}: {taken} is a file, so no folder can be "
+                                          "made under it; pass another folder")):
+        run = subprocess.run([sys.executable, "-m", command, "--model", str(tmp_path / "no-model"), "--device", "cpu",
+                              "--output-dir", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and run.stderr.strip() == expected, run.stderr
+    assert taken.read_text() == "not a folder"
+
+
 def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_itself(embedded_policy_dir, tmp_path):
     args = LabArgs(model=str(embedded_policy_dir), trainer="deepspeed", dtypes=("bf16", "fp32"), num_prompts=8,
                    num_samples=2, max_new_tokens=6, micro_batch_size=8, device="cpu", plots=False, output_dir=tmp_path)

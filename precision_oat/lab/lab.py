@@ -226,6 +226,7 @@ def check_lab_args(args: LabArgs) -> None:
     checks.integer(args, "micro_batch_size", 1)
     checks.integer(args, "logprob_chunk_size", 1)
     checks.number(args, "vllm_gpu_memory_utilization", gt=0, le=1, why="a fraction of the GPU's memory")
+    checks.folder(args, "output_dir")
     if not args.dtypes:
         raise UserError("--dtypes: give at least one of fp8, bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
     for what, chosen in (("--dtypes fp8", any(d.startswith("fp8") for d in args.dtypes)),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from precision_oat import checks
 from precision_oat.errors import UserError
 from precision_oat.lab.preflight import DEFAULT_MARGIN, check, format_report, run_preflight
 from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
@@ -40,6 +41,7 @@ def preflight_from_args(args: PreflightArgs, log=print) -> dict:
     from precision_oat.models import load_policy, resolve_device
 
     check_prompt_source(args)
+    checks.folder(args, "output_dir")
     device = resolve_device(args.device)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file), log)
     prompts = load_prompts(args, policy.tokenizer)
