@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -82,6 +83,18 @@ def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_
     assert report["dtypes"]["fp32"]["sequences"] == 2 * 2
     assert report["ratios"] == {}
     assert sorted(p.name for p in out.iterdir()) == ["histograms.npz", "mismatch.json"]
+
+
+def test_a_second_run_into_the_same_folder_leaves_none_of_the_first_runs_files(byte_model_dir, tmp_path):
+    # Before: the first run's figures stayed beside the second's mismatch.json, showing arms it did not measure.
+    common = ["--model", str(byte_model_dir), "--num-prompts", "2", "--num-samples", "2", "--max-new-tokens", "3",
+              "--device", "cpu", "--output-dir", str(tmp_path)]
+    cli([*common, "--dtypes", "bf16", "fp32"])
+    assert {"token_probs.png", "seq_logratio.png", "atlas.png"} <= {p.name for p in tmp_path.iterdir()}
+    report = cli([*common, "--dtypes", "fp16", "--no-plots"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["histograms.npz", "mismatch.json"]
+    assert list(json.loads((tmp_path / "mismatch.json").read_text())["dtypes"]) == list(report["dtypes"]) == ["fp16"]
+    assert {name.split("|")[0] for name in np.load(tmp_path / "histograms.npz").files} == {"fp16"}
 
 
 def test_task_counting_gives_the_rl_runs_own_long_prompts(byte_model_dir, tmp_path):

@@ -20,7 +20,8 @@ every arm on vLLM's batch-invariant kernels (both sides; the kernels stay for th
 so a comparison with and without takes two runs of the lab).
 
 Outputs: ``OUTPUT_DIR/mismatch.json`` and the two figures of the paper's Fig. 5 (token
-probabilities μ vs π; sequence log-ratio ρ = Σ_t Δ_t against response length).
+probabilities μ vs π; sequence log-ratio ρ = Σ_t Δ_t against response length). A run first removes
+those of a previous run from OUTPUT_DIR (:data:`LAB_FILES`), so the folder never mixes two runs.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ RATIO_KEYS = ("abs_logp_diff_mean", "seq_logratio_std", "k3", "seq_kl")
 # fp8 samples with FP8 linear layers (the rest bf16) and scores in bf16.
 FP32_HEAD = "+fp32head"
 LabArm = Literal["fp8", "bf16", "fp16", "fp32", "fp8+fp32head", "bf16+fp32head", "fp16+fp32head"]
+LAB_FILES = ("mismatch.json", "histograms.npz", "token_probs.png", "seq_logratio.png", "atlas.png")
+"""What the lab writes into its --output-dir; a new run removes a previous run's before it measures."""
 
 
 @dataclass
@@ -277,6 +280,13 @@ def run_lab(args: LabArgs, log=print) -> dict:
     settings = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
                 "device": str(device), "torch": torch.__version__,
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    # A previous run's figures and histograms would otherwise sit beside this run's mismatch.json as its own
+    # (figures this run skips, arms it does not measure, and all of them when it stops part way).
+    previous = [name for name in LAB_FILES if (out / name).exists()]
+    for name in previous:
+        (out / name).unlink()
+    if previous:
+        log(f"removed the previous lab run's {', '.join(previous)} from {out}")
     results, histograms = {}, {}
     for dtype in args.dtypes:
         log(f"{dtype}: sampling with the {args.sampler} sampler …")
