@@ -129,6 +129,9 @@ def test_a_task_without_prompts_of_its_own_is_refused_before_anything_is_written
     (["--num-samples", "0"], "error: --num-samples 0: must be an integer ≥ 1"),
     (["--micro-batch-size", "0"], "error: --micro-batch-size 0: must be an integer ≥ 1"),
     (["--num-prompts", "-1"], "error: --num-prompts -1: must be an integer ≥ 1"),
+    # Before: "error: --prompt-data: no prompts to sample from", a flag that was not given.
+    (["--max-operand", "-3"],
+     "error: --max-operand -3: must be an integer ≥ 0 (the arithmetic prompts add two numbers from 0 to it)"),
 ])
 def test_a_value_the_measurement_cannot_use_is_refused_before_anything_is_written(flags, expected, tmp_path):
     # Before: --temperature 0 wrote NaN for every statistic, --num-prompts -1 took all prompts but the last, and

@@ -33,9 +33,10 @@ class PromptSource:
 
 
 def check_prompt_source(source: PromptSource) -> None:
-    """Refuse a --task that cannot give prompts with these flags, and a count of prompts below 1, before anything is
-    loaded."""
+    """Refuse a --task that cannot give prompts with these flags, a count of prompts below 1 and a negative
+    --max-operand, before anything is loaded."""
     checks.integer(source, "num_prompts", 1)
+    checks.integer(source, "max_operand", 0, why="the arithmetic prompts add two numbers from 0 to it")
     if source.task == "arithmetic":
         return
     if source.prompt_data is not None:
