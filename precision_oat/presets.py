@@ -22,12 +22,19 @@ from precision_oat.errors import UserError
 
 
 class _PresetLoader(yaml.SafeLoader):
-    """YAML 1.1 as PyYAML reads it, plus 1.2's exponent floats: ``1e-5`` is a number, as on the command line."""
+    """YAML 1.1 as PyYAML reads it, with 1.2's exponent floats and booleans: ``1e-5`` is a number and ``no`` a
+    string (``prompt_template: no`` names the template "no"), as on the command line; only true/false are booleans."""
 
 
 _PresetLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"), list("-+0123456789.")
 )
+_BOOL = "tag:yaml.org,2002:bool"
+_PresetLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+    for first, resolvers in _PresetLoader.yaml_implicit_resolvers.items()
+}
+_PresetLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 def _groups() -> dict[str, str]:

@@ -106,6 +106,19 @@ def test_unknown_key_in_preset_is_named(tmp_path):
     assert "learning_rat" in str(exit_info.value.code)
 
 
+def test_a_preset_value_reads_as_the_same_word_on_the_command_line(tmp_path):
+    # Before: YAML 1.1 read `no` as false, so the template "no" failed with "--prompt-template False: must be a string".
+    path = tmp_path / "words.yaml"
+    path.write_text("prompt_template: no\nrun_name: yes\nvllm_enforce_eager: true\nlearning_rate: 1e-6\n")
+    args = parse_args(["--preset", str(path)])
+    assert (args.task.prompt_template, args.log.run_name) == ("no", "yes")
+    assert args.rollout.vllm_enforce_eager is True and args.train.learning_rate == 1e-6
+    path.write_text("vllm_enforce_eager: yes\n")
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--preset", str(path)])
+    assert str(exit_info.value.code) == f"error: --preset {path}: --vllm-enforce-eager yes: must be true or false"
+
+
 def test_missing_preset_file_exits_with_its_path(tmp_path):
     path = tmp_path / "nowhere.yaml"
     with pytest.raises(SystemExit) as exit_info:
