@@ -124,6 +124,16 @@ def test_a_task_without_prompts_of_its_own_is_refused_before_anything_is_written
     assert not out.exists()
 
 
+def test_an_arm_named_twice_is_refused_before_anything_is_written(tmp_path):
+    # Before: the arm was sampled and scored twice, and the second measurement replaced the first in mismatch.json.
+    out = tmp_path / "lab"
+    with pytest.raises(SystemExit) as e:
+        cli(["--dtypes", "fp32", "bf16", "fp32", "--device", "cpu", "--output-dir", str(out)])
+    assert str(e.value.code) == ("error: --dtypes fp32 bf16 fp32: fp32 given more than once; mismatch.json keeps one "
+                                 "result per arm, so name each arm once (and run the lab again to repeat one)")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("flags, expected", [
     (["--temperature", "0"], "error: --temperature 0.0: must be a finite number > 0 (the trainer divides logits by it)"),
     (["--num-samples", "0"], "error: --num-samples 0: must be an integer ≥ 1"),

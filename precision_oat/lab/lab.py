@@ -232,6 +232,10 @@ def check_lab_args(args: LabArgs) -> None:
     checks.folder(args, "output_dir")
     if not args.dtypes:
         raise UserError("--dtypes: give at least one of fp8, bf16, fp16, fp32, bf16+fp32head, fp16+fp32head")
+    repeated = sorted({d for d in args.dtypes if args.dtypes.count(d) > 1})
+    if repeated:
+        raise UserError(f"--dtypes {' '.join(args.dtypes)}: {', '.join(repeated)} given more than once; mismatch.json "
+                        "keeps one result per arm, so name each arm once (and run the lab again to repeat one)")
     for what, chosen in (("--dtypes fp8", any(d.startswith("fp8") for d in args.dtypes)),
                          ("--batch-invariant", args.batch_invariant)):
         if chosen and args.sampler != "vllm":
