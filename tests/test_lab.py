@@ -184,6 +184,16 @@ def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_
     assert fp32["trainer/microbatch_gap_abs_mean"] < 1e-5
 
 
+def test_the_smaller_micro_batch_splits_the_rows_even_when_they_fit_one_forward(embedded_report, tmp_path):
+    # Before: 64 sequences at --micro-batch-size 64 were compared with micro-batches of 16, but 16 sequences with
+    # micro-batches of 16: the same single forward, a gap of 0 by construction.
+    report, _ = embedded_report
+    assert report["dtypes"]["bf16"]["trainer/microbatch_small"] == 16
+    args = LabArgs(num_prompts=4, num_samples=4, max_new_tokens=4, dtypes=("bf16",), device="cpu", plots=False,
+                   output_dir=tmp_path)
+    assert run_lab(args, log=lambda *_: None)["dtypes"]["bf16"]["trainer/microbatch_small"] == 4
+
+
 @pytest.mark.skipif(torch.cuda.is_available() or importlib.util.find_spec("deepspeed") is None,
                     reason="needs DeepSpeed and no CUDA (where DeepSpeed computes fp16)")
 def test_lab_refuses_fp16_with_a_deepspeed_trainer_on_cpu_before_sampling(embedded_policy_dir, tmp_path):

@@ -194,9 +194,10 @@ def build_trainer(kind: str, model, precision, device: torch.device, micro_batch
 
 
 def trainer_self_gaps(forward, trainer, input_ids, attention_mask, reference, mask, pair: PairSettings) -> dict:
-    """|Δ| between the no-grad scoring and (a) the same scoring at a quarter of the micro-batch
-    size, (b) the update path's forward (gradient on, training mode) at the same micro-batch size."""
-    small = max(1, pair.micro_batch_size // 4)
+    """|Δ| between the no-grad scoring and (a) the same scoring in micro-batches of a quarter of the rows the first
+    scored per forward, (b) the update path's forward (gradient on, training mode) at the same micro-batch size."""
+    # A quarter of --micro-batch-size alone would, with fewer rows than that, score them in one forward again.
+    small = max(1, min(pair.micro_batch_size, input_ids.shape[0]) // 4)
     at_small = score(forward, input_ids, attention_mask, small, response_mask=mask).cpu()
     trainer.train()
     with torch.enable_grad():
