@@ -37,6 +37,21 @@ _PresetLoader.yaml_implicit_resolvers = {
 _PresetLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
+def _mapping_without_repeats(loader: _PresetLoader, node: yaml.MappingNode) -> dict:
+    # YAML wants each key once; PyYAML would keep the last of two silently.
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(problem=f"{key!r} is given twice; keep one",
+                                                    problem_mark=key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_PresetLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_repeats)
+
+
 def _groups() -> dict[str, str]:
     """Flat field name → group name ("" for top-level fields of Args)."""
     owner = {}
@@ -88,7 +103,10 @@ def apply_values(args: Args, values: dict[str, Any], source: str = "preset") -> 
             raise UserError(f"{source}: unknown key {key!r}; {hint}")
         if isinstance(value, list):
             value = tuple(value)
-        updates.setdefault(owner[name], {})[name] = value
+        group = updates.setdefault(owner[name], {})
+        if name in group:
+            raise UserError(f"{source}: {key!r} names --{name.replace('_', '-')} a second time; keep one of its keys")
+        group[name] = value
     top = updates.pop("", {})
     # Paths arrive as YAML strings; anything else is left for the type check to name.
     if isinstance(top.get("preset"), str):

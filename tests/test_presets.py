@@ -106,6 +106,19 @@ def test_unknown_key_in_preset_is_named(tmp_path):
     assert "learning_rat" in str(exit_info.value.code)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("seed: 1\nmax_new_tokens: 8\nmax_new_tokens: 9\n", "not valid YAML at line 3 ('max_new_tokens' is given twice"),
+    ("max_new_tokens: 8\nmax-new-tokens: 12\n", "'max-new-tokens' names --max-new-tokens a second time"),
+])
+def test_a_flag_given_twice_in_one_preset_is_refused(tmp_path, text, message):
+    # Either spelling twice would keep one of the two values without a word.
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--preset", str(path)])
+    assert str(exit_info.value.code).startswith(f"error: --preset {path}: ") and message in str(exit_info.value.code)
+
+
 def test_a_preset_value_reads_as_the_same_word_on_the_command_line(tmp_path):
     # Before: YAML 1.1 read `no` as false, so the template "no" failed with "--prompt-template False: must be a string".
     path = tmp_path / "words.yaml"
