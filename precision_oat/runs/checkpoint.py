@@ -3,7 +3,7 @@
 A checkpoint holds the policy as an fp32 HF folder (LoRA merged, so
 ``AutoModelForCausalLM.from_pretrained`` loads it as is), the tokenizer, the learner's own
 state (``learner.save_state``: masters, optimiser and loss scaler of the built-in learner,
-or DeepSpeed's checkpoint), and ``trainer_state.pt``: the step and the RNG states, tensors
+or DeepSpeed's checkpoint), and ``trainer_state.pt``: the step and every rank's RNG states, tensors
 and plain values only, so it loads with ``torch.load(weights_only=True)``.
 
 Durability: the checkpoint is written to a temporary folder, every file and folder in it is
@@ -60,13 +60,15 @@ def write_checkpoint(output_dir: Path, step: int, learner, tokenizer, world: Wor
     world.barrier()
     policy = export_policy(learner, world)
     learner.save_state(written)
-    cuda_rng = world.gather(cuda_rng_state())  # each rank's own: dropout on a GPU draws from it
+    # Each rank's own: dropout draws from them, and the ranks' rows (so their draws) differ.
+    rng = world.gather(rng_states())
+    cuda_rng = world.gather(cuda_rng_state())
     world.barrier()
     if world.is_main:
         with quiet_save():
             policy.save_pretrained(written)
             tokenizer.save_pretrained(written)
-        torch.save({"step": step, "rng": rng_states(), "cuda_rng": cuda_rng, "world_size": world.size},
+        torch.save({"step": step, "rng": rng[0], "rank_rng": rng, "cuda_rng": cuda_rng, "world_size": world.size},
                    written / "trainer_state.pt")
         _fsync_tree(written)
     return written
@@ -157,7 +159,7 @@ def load_checkpoint(folder: Path, learner, world: World = SINGLE) -> int:
     """Restore the learner and RNG states from ``folder``; return the number of completed steps."""
     state = torch.load(folder / "trainer_state.pt", weights_only=True)
     learner.load_state(folder)
-    set_rng_states(state["rng"])
+    set_rng_states(state.get("rank_rng", [state["rng"]] * world.size)[world.rank])
     cuda_rng = state.get("cuda_rng", [None] * world.size)[world.rank]
     if cuda_rng is not None:
         torch.cuda.set_rng_state(cuda_rng)

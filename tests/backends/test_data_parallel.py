@@ -414,7 +414,8 @@ def test_collectives_hand_cuda_tensors_on_a_cuda_world():
 
 
 def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None:
-    """Two ranks of a DeepSpeed (ZeRO-1, CPU) learner save steps 1 and 2; rank 1's shard of step 2 is then torn."""
+    """Two ranks of a DeepSpeed (ZeRO-1, CPU) learner save steps 1 and 2; rank 1's shard of step 2 is then torn.
+    Reports whether the resume gave each rank back its own generator of step 1."""
     from datetime import timedelta
 
     from precision_oat.backends.local.driver import build_learner
@@ -433,8 +434,10 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
         built = []
         export_model = learner.export_model
         learner.export_model = lambda: built.append(rank) or export_model()
-        for step in (1, 2):
-            commit_checkpoint(write_checkpoint(folder, step, learner, byte_tokenizer(), world), world=world)
+        torch.manual_seed(10 + rank)  # the ranks' generators differ, as their dropout draws make them in a run
+        commit_checkpoint(write_checkpoint(folder, 1, learner, byte_tokenizer(), world), world=world)
+        after_step_1 = torch.rand(3)
+        commit_checkpoint(write_checkpoint(folder, 2, learner, byte_tokenizer(), world), world=world)
         world.barrier()  # rank 0 commits alone
         if rank == 1:
             shard = next((folder / "checkpoints" / "step_000002" / "deepspeed").glob("*zero_pp_rank_1_*optim_states.pt"))
@@ -444,14 +447,15 @@ def _save_twice_then_resume(rank: int, port: int, folder: Path, reports) -> None
             resumed = resume_checkpoint(folder, learner, world)[1]
         except Exception as e:  # noqa: BLE001 - reported to the test, which names it
             resumed = f"{type(e).__name__}: {e}"
-        reports.put((rank, len(built), resumed))
+        reports.put((rank, len(built), resumed, torch.equal(torch.rand(3), after_step_1)))
     finally:
         torch.distributed.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
 def two_rank_checkpoints(tmp_path_factory):
-    """(folder, [(rank, models it built while saving, step it resumed at)]) of :func:`_save_twice_then_resume`."""
+    """(folder, [(rank, models it built while saving, step it resumed at, its own generator back)]) of
+    :func:`_save_twice_then_resume`."""
     folder = tmp_path_factory.mktemp("two-ranks")
     return folder, two_ranks(_save_twice_then_resume, folder)
 
@@ -499,13 +503,19 @@ def test_zero3_ranks_whose_rows_project_in_other_numbers_of_chunks_score_and_ste
 
 def test_only_rank_0_builds_the_model_it_checkpoints(two_rank_checkpoints):
     folder, reports = two_rank_checkpoints
-    assert [(rank, built) for rank, built, _ in reports] == [(0, 2), (1, 0)]
+    assert [(rank, built) for rank, built, *_ in reports] == [(0, 2), (1, 0)]
     assert (folder / "checkpoints" / "step_000001" / "model.safetensors").is_file()
 
 
 def test_ranks_fall_back_together_when_one_cannot_read_the_newest_checkpoint(two_rank_checkpoints):
     _, reports = two_rank_checkpoints
-    assert [(rank, step) for rank, _, step in reports] == [(0, 1), (1, 1)]
+    assert [(rank, step) for rank, _, step, _ in reports] == [(0, 1), (1, 1)]
+
+
+def test_each_rank_resumes_with_its_own_random_generator(two_rank_checkpoints):
+    # Dropout draws from each rank's own generator; with rank 0's on every rank a resumed run drew other masks.
+    _, reports = two_rank_checkpoints
+    assert [(rank, own) for rank, *_, own in reports] == [(0, True), (1, True)]
 
 
 def test_a_resume_with_another_number_of_processes_is_refused_naming_the_one_recorded(two_rank_checkpoints):
