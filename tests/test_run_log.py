@@ -89,4 +89,8 @@ def test_a_resume_reads_back_the_non_finite_values_it_wrote_and_summarizes_them(
     resumed.log({"step": 4, "reward/mean": 0.5, "mismatch/k3": 1e-4}, total_steps=4, echo=False)
     resumed.close()
     assert [type(row["mismatch/k3"]) for row in resumed.history] == [float] * 4
+    # The rows kept from before the checkpoint are written back as they were: standard JSON, no bare NaN.
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line, parse_constant=lambda name: name)["mismatch/k3"] for line in lines] == \
+        [1e-4, "nan", "inf", 1e-4]
     assert str(summarize_run(resumed.history, tmp_path)["mismatch/k3"]) == "nan"
