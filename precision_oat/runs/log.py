@@ -34,7 +34,7 @@ class RunLog:
         self.history: list[dict] = kept_rows(self.path, resume_step) if resume else []
         # Rows written after the checkpoint belong to steps that will run again: cut them, atomically.
         tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(record_line(row) for row in self.history))
+        tmp.write_text("".join(_record_line(row) for row in self.history))
         tmp.replace(self.path)
         self.file = self.path.open("a")
         # Elapsed time continues from the checkpoint's step (on the clock the step loop times its parts with).
@@ -65,7 +65,7 @@ class RunLog:
         elapsed = (time.perf_counter() if at is None else at) - self.start
         metrics = {"step": metrics["step"], "time/elapsed_s": round(elapsed, 3), **metrics}
         self.history.append(metrics)
-        self.file.write(record_line(metrics))
+        self.file.write(_record_line(metrics))
         self.file.flush()
         if self.wandb is not None:
             import wandb
@@ -150,7 +150,7 @@ def previous_wandb_id(output_dir: Path) -> Optional[str]:
     return max(found, key=lambda m: m.group(1)).group(2) if found else None
 
 
-def record_line(row: dict) -> str:
+def _record_line(row: dict) -> str:
     """One line of metrics.jsonl: standard JSON, the non-finite floats as the strings "nan", "inf", "-inf"."""
     return json.dumps({k: _jsonable(v) for k, v in row.items()}) + "\n"
 
