@@ -237,9 +237,10 @@ def test_the_vllm_engines_that_share_a_process_in_alone_never_sleep(tmp_path):
 def test_arms_runs_then_once_every_arm_has_ended(tmp_path):
     (tmp_path / "smolhf").mkdir()
     runs = tmp_path / "runs"
-    # Each stand-in arm runs 2 s and records its command line as it ends; THEN counts the records it finds.
+    # Each stand-in arm runs 2 s and records its command line as it ends; THEN counts the records it finds (moved into
+    # place whole: the shell creates a redirect's file before it writes the count).
     recorded_calls("experiments/h200/arms.sh", 2, tmp_path, ARMS="a pg fp16 0;b pg bf16 0", SECONDS_EACH="2",
-                   THEN='ls "$CALLS" | wc -l > "$RUNS/then-saw"')
+                   THEN='ls "$CALLS" | wc -l > "$RUNS/count" && mv "$RUNS/count" "$RUNS/then-saw"')
     deadline = time.time() + 20
     while not (runs / "then-saw").exists() and time.time() < deadline:
         time.sleep(0.1)
