@@ -96,6 +96,7 @@ from precision_oat.distributed.world import under_launcher
 from precision_oat.errors import UserError
 from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
+from precision_oat.samplers.vllm_cpu_shm import name_taken_hint, unlink_segment_names
 from precision_oat.samplers.vllm_fp8 import fp8_method
 from precision_oat.samplers.vllm_process import (collector_paused, drop_harmless_vllm_warnings, keep_alive,
                                                  process_state_kept)
@@ -263,7 +264,10 @@ class VLLMSampler:
             shortfall = memory_shortfall(e)
             if shortfall is not None:
                 raise UserError(f"vLLM cannot start in the memory it was given: {shortfall}") from e
-            raise ValueError(f"vLLM could not load the model at {self.model_path!r} as {dtype}: {e}") from e
+            raise ValueError(f"vLLM could not load the model at {self.model_path!r} as {dtype}: {e}"
+                             f"{name_taken_hint(e)}") from e
+        if self.ranks_per_engine > 1 and not on_cuda:
+            unlink_segment_names()
         keep_alive(self._llm)
         self.weights = EngineWeights(self._llm, folder, _DTYPES[dtype], device,
                                      direct_push=on_cuda if direct_push is None else direct_push,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from precision_oat.samplers.vllm_cpu_shm import SHM_FOLDER
 from tests.backends.test_data_parallel import (assert_rank_times, launch, one_process_runs, rank_time_keys, rows,
                                               without_clocks)
 
@@ -39,6 +40,8 @@ def test_two_ranks_with_a_vllm_engine_each_log_what_one_process_logs(tmp_path, e
     flags[flags.index("--zero-stage") + 1] = str(zero)
     done = launch("--model", str(embedded_policy_dir), *flags, processes=2)
     assert done.returncode == 0, done.stdout + done.stderr
+    # One engine over both ranks shares memory under names every run under torchrun would take again: none is left.
+    assert not [p.name for p in SHM_FOLDER.iterdir() if "cpushm" in p.name]
     a, b = one_process[packed], rows(tmp_path)
     assert [r["step"] for r in b] == [1, 2]
     assert any(r["train/grad_norm"] > 0 for r in a), "no gradient: the comparison would prove nothing"
