@@ -522,8 +522,8 @@ class LogArgs(Checked):
         if self.output_dir is not None and not str(self.output_dir).strip():
             reject("output_dir", str(self.output_dir), "is empty, which would make the current folder the run's; name "
                    "a folder, or leave it unset for runs/<algo>-<dtype>-<time>")
-        if self.output_dir is not None and Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
-            reject("output_dir", self.output_dir, "is a file; pass a folder (it is created when missing)")
+        if self.output_dir is not None:
+            checks.folder(self, "output_dir")
 
 
 @dataclass
