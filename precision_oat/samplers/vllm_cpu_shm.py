@@ -19,20 +19,17 @@ SHM_FOLDER = Path("/dev/shm")
 NAME_TAKEN = "create shm in SHMManager failed"
 
 
-def unlink_segment_names() -> list[str]:
+def unlink_segment_names() -> None:
     """Remove the names of this engine's segments (every rank's; a name another rank removed first is skipped)."""
     from vllm.distributed.parallel_state import get_tp_group
 
     group_name = getattr(getattr(get_tp_group().device_communicator, "dist_module", None), "group_name", None)
     if group_name is None:  # one rank per engine, or vLLM's torch.distributed fallback: no segments
-        return []
+        return
     prefix = group_name.lstrip("/") + "_"
-    removed = []
     for name in os.listdir(SHM_FOLDER):
         if name.startswith(prefix):
             (SHM_FOLDER / name).unlink(missing_ok=True)
-            removed.append(name)
-    return removed
 
 
 def name_taken_hint(error: Exception) -> str:
