@@ -50,6 +50,10 @@ ATTENTION_KERNELS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", 
 ALARM_SYNTAX = re.compile(r"\s*(?P<key>[\w@./-]+)\s*(?P<op>[<>])\s*(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*")
 # The templates each built-in task takes for --prompt-template.
 PROMPT_TEMPLATES = {"arithmetic": ARITHMETIC_TEMPLATES, "math": TEMPLATE_NAMES}
+# The lowest sampling temperature above 0: vLLM samples at 0.01 when given less, while the trainer would score
+# at the value given; the flags hold the built-in sampler to the same floor, so a run means the same with either.
+MIN_TEMPERATURE = 0.01
+MIN_TEMPERATURE_WHY = "vLLM samples a lower one at 0.01, or greedily at 0, while the trainer scores at the value given"
 
 
 @dataclass
@@ -312,7 +316,7 @@ class RolloutArgs(Checked):
     prompts_per_step: int = 32
     # Samples per prompt (G).
     num_samples: int = 8
-    # Sampling temperature (the trainer scores with the same temperature).
+    # Sampling temperature, at least 0.01 (the trainer scores with the same temperature).
     temperature: float = 1.0
     # Nucleus sampling threshold.
     top_p: float = 1.0
@@ -347,7 +351,7 @@ class RolloutArgs(Checked):
         super().check()
         checks.integer(self, "prompts_per_step", 1)
         checks.integer(self, "num_samples", 1, why="G, the samples drawn per prompt")
-        checks.number(self, "temperature", gt=0, why="the trainer divides logits by it")
+        checks.number(self, "temperature", ge=MIN_TEMPERATURE, why=MIN_TEMPERATURE_WHY)
         checks.number(self, "top_p", gt=0, le=1, why="the probability mass kept; 1 keeps every token")
         checks.integer(self, "max_new_tokens", 1)
         checks.integer(self, "max_prompt_length", 1)
@@ -442,7 +446,7 @@ class EvalArgs(Checked):
     eval_limit: Optional[int] = None
     # Samples per question (avg@n, pass@k for k ≤ n).
     eval_samples: int = 1
-    # Evaluation temperature.
+    # Evaluation temperature: 0 decodes greedily, otherwise at least 0.01.
     eval_temperature: float = 0.6
     # Evaluation nucleus threshold.
     eval_top_p: float = 0.95
@@ -458,7 +462,9 @@ class EvalArgs(Checked):
             reject("eval_benchmarks", names, "must name at least one benchmark; leave it unset to run the whole suite")
         checks.integer(self, "eval_limit", 1, why="leave it unset to use every question")
         checks.integer(self, "eval_samples", 1)
-        checks.number(self, "eval_temperature", ge=0, why="0 decodes greedily")
+        if self.eval_temperature != 0:
+            checks.number(self, "eval_temperature", ge=MIN_TEMPERATURE,
+                          why="or 0 to decode greedily; vLLM samples a lower one at 0.01")
         checks.number(self, "eval_top_p", gt=0, le=1, why="the probability mass kept; 1 keeps every token")
         checks.integer(self, "eval_max_new_tokens", 1, why="leave it unset to use --max-new-tokens")
 

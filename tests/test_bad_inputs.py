@@ -52,6 +52,7 @@ BAD_INPUTS: list[Bad] = [
     bad("--temperature", "0", cli=True),
     bad("--temperature", "nan"),
     bad("--temperature", "-1"),
+    bad("--temperature", "0.001"),  # vLLM would sample at 0.01 and the trainer score at 0.001
     bad("--top-p", "0"),
     bad("--top-p", "1.5"),
     bad("--prompts-per-step", "0"),
@@ -164,6 +165,7 @@ BAD_INPUTS: list[Bad] = [
     bad("--eval-every", "0"),
     bad("--eval-samples", "0"),
     bad("--eval-temperature", "-0.5"),
+    bad("--eval-temperature", "0.001"),
     bad("--eval-top-p", "0"),
     bad("--eval-limit", "0"),
     bad("--eval-max-new-tokens", "0"),
@@ -242,6 +244,7 @@ def test_the_base_command_alone_is_accepted(tmp_path):
         ("--steps", "0"),
         ("--lora-rank", "0"),
         ("--eval-temperature", "0"),  # greedy evaluation
+        ("--temperature", "0.01", "--eval-temperature", "0.01"),  # the lowest vLLM samples at as given
         ("--advantage", "rloo", "--num-samples", "2"),  # the smallest group with a leave-one-out baseline
         ("--num-samples", "1", "--advantage", "reinforce"),
         ("--train-batch-size", "256"),  # exactly the 32 × 8 responses of a step
@@ -262,7 +265,7 @@ def test_values_on_the_edge_of_each_range_are_accepted(argv, tmp_path):
 
 
 def test_args_built_in_code_are_checked_too():
-    with pytest.raises(UserError, match=r"^--temperature 0: must be a finite number > 0"):
+    with pytest.raises(UserError, match=r"^--temperature 0: must be a finite number ≥ 0.01"):
         RolloutArgs(temperature=0)
     with pytest.raises(UserError, match=r"^--min-loss-scale 4.0: must be ≤ --initial-loss-scale 2.0"):
         PrecisionArgs(initial_loss_scale=2.0, min_loss_scale=4.0)

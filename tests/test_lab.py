@@ -135,7 +135,11 @@ def test_an_arm_named_twice_is_refused_before_anything_is_written(tmp_path):
 
 
 @pytest.mark.parametrize("flags, expected", [
-    (["--temperature", "0"], "error: --temperature 0.0: must be a finite number > 0 (the trainer divides logits by it)"),
+    (["--temperature", "0"], "error: --temperature 0.0: must be a finite number ≥ 0.01 (vLLM samples a lower one at "
+                             "0.01, or greedily at 0, while the trainer scores at the value given)"),
+    # Before: accepted, and the built-in sampler drew at 1e-6 what the trainer scored at 1e-7.
+    (["--temperature", "1e-7"], "error: --temperature 1e-07: must be a finite number ≥ 0.01 (vLLM samples a lower "
+                                "one at 0.01, or greedily at 0, while the trainer scores at the value given)"),
     (["--num-samples", "0"], "error: --num-samples 0: must be an integer ≥ 1"),
     (["--micro-batch-size", "0"], "error: --micro-batch-size 0: must be an integer ≥ 1"),
     (["--num-prompts", "-1"], "error: --num-prompts -1: must be an integer ≥ 1"),

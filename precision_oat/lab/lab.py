@@ -65,7 +65,7 @@ class PairSettings:
     num_samples: int = 4
     # Longest response in tokens.
     max_new_tokens: int = 64
-    # Sampling temperature (the trainer scores with the same temperature).
+    # Sampling temperature, at least 0.01 (the trainer scores with the same temperature).
     temperature: float = 1.0
     # Seed of the sampler's draws, the same for every dtype.
     seed: int = 0
@@ -220,13 +220,14 @@ def trainer_self_gaps(forward, trainer, input_ids, attention_mask, reference, ma
 def check_lab_args(args: LabArgs) -> None:
     """Refuse, before anything is loaded or written, what cannot run here, naming the lab's own flags."""
     from precision_oat import stacks
+    from precision_oat.args import MIN_TEMPERATURE, MIN_TEMPERATURE_WHY
     from precision_oat.learners.deepspeed_config import deepspeed_refuses
     from precision_oat.models import resolve_device
 
     check_prompt_source(args)
     checks.integer(args, "num_samples", 1)
     checks.integer(args, "max_new_tokens", 1)
-    checks.number(args, "temperature", gt=0, why="the trainer divides logits by it")
+    checks.number(args, "temperature", ge=MIN_TEMPERATURE, why=MIN_TEMPERATURE_WHY)
     checks.integer(args, "micro_batch_size", 1)
     checks.integer(args, "logprob_chunk_size", 1)
     checks.number(args, "vllm_gpu_memory_utilization", gt=0, le=1, why="a fraction of the GPU's memory")

@@ -35,8 +35,14 @@ def top_p_keep(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float, uniform: torch.Tensor):
     """Sample one token per row by inverting its CDF at ``uniform`` (one draw in [0, 1) per row); return
     the tokens, their log-probabilities under the (truncated, renormalised) distribution sampled from,
-    and the kept mask [rows, V] (None when top_p is 1)."""
-    logits = logits.float() / max(temperature, 1e-6)
+    and the kept mask [rows, V] (None when top_p is 1). Temperature 0 is greedy: all the mass on each row's
+    most likely token."""
+    if temperature == 0:
+        greedy = logits.argmax(-1, keepdim=True)
+        logits = torch.full(logits.shape, float("-inf"), device=logits.device).scatter_(-1, greedy, 0.0)
+    else:
+        # The exact temperature, as the trainer divides by it when it scores the same tokens.
+        logits = logits.float() / temperature
     keep = None
     if top_p < 1.0:
         keep = top_p_keep(logits, top_p)

@@ -152,3 +152,35 @@ def test_an_fp16_sampler_whose_logits_overflow_says_so_in_one_line():
         sampler.generate(PROMPTS, SamplingParams(n=1, max_new_tokens=4, seed=0))
     # The same weights in fp32 sample normally.
     assert len(KVCacheSampler(model, torch.float32).generate(PROMPTS, SamplingParams(n=1, max_new_tokens=4, seed=0))) == 3
+
+
+def _policy_with_tiny_logits():
+    """The tiny model with its logits scaled to ~1e-7, so that temperatures near 1e-7 still leave several likely
+    tokens."""
+    model = tiny_model()
+    with torch.no_grad():
+        model.model.norm.weight.mul_(1e-6)
+    return model
+
+
+def test_below_any_clamp_the_sampler_draws_at_the_temperature_the_trainer_scores_at():
+    # Before: the sampler divided by max(T, 1e-6), so at T = 1e-7 μ was taken at ten times the trainer's temperature.
+    from precision_oat.rl.scoring import token_logprobs
+
+    model, temperature = _policy_with_tiny_logits(), 1e-7
+    sampler = KVCacheSampler(model, torch.float32)
+    for c in sampler.generate(PROMPTS, SamplingParams(n=2, temperature=temperature, max_new_tokens=8, seed=3)):
+        ids = torch.tensor([c.prompt_ids + c.response_ids])
+        trainer = token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(c.prompt_ids) - 1 :]
+        assert (trainer - torch.tensor(c.logprobs)).abs().max() < 1e-5
+
+
+def test_temperature_0_decodes_greedily_whatever_the_seed():
+    # Before: 0 sampled at 1e-6, which is not greedy when the logits are that close.
+    model = _policy_with_tiny_logits()
+    sampler = KVCacheSampler(model, torch.float32)
+    for seed in (0, 1):
+        for c in sampler.generate(PROMPTS, SamplingParams(n=2, temperature=0.0, max_new_tokens=6, seed=seed)):
+            ids = torch.tensor([c.prompt_ids + c.response_ids])
+            logits = model(input_ids=ids).logits[0, len(c.prompt_ids) - 1 : -1]
+            assert c.response_ids == logits.argmax(-1).tolist() and c.logprobs == [0.0] * len(c.response_ids)
