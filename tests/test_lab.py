@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 
@@ -12,8 +13,8 @@ import pytest
 import torch
 
 from precision_oat.lab.__main__ import cli
-from precision_oat.lab.lab import RATIO_KEYS, LabArgs, labelled_arms, run_lab
-from tests.conftest import REPO
+from precision_oat.lab.lab import RATIO_KEYS, LabArgs, bf16_fp16_ratios, labelled_arms, run_lab
+from tests.conftest import REPO, save_byte_model
 
 STAT_KEYS = {
     "mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismatch/abs_logp_diff_max",
@@ -71,6 +72,24 @@ def test_bf16_mismatch_exceeds_fp16_and_fp32_is_near_zero(embedded_report):
     assert stats["fp32"]["mismatch/abs_logp_diff_mean"] < 1e-5
     ratio = stats["bf16"]["mismatch/abs_logp_diff_mean"] / stats["fp16"]["mismatch/abs_logp_diff_mean"]
     assert report["ratios"]["abs_logp_diff_mean"] == pytest.approx(ratio, rel=1e-12)
+
+
+def test_a_ratio_of_two_zero_mismatches_is_undefined_and_one_over_zero_is_infinite(tmp_path):
+    # Before: 0 / 0 was reported as inf. GPT-2 decodes through HF's cached forward, which on CPU gives the trainer's
+    # bits exactly in either dtype, so both arms measure no mismatch at all.
+    from transformers import GPT2Config
+
+    model = save_byte_model(tmp_path / "gpt2", GPT2Config, n_embd=32, n_layer=1, n_head=2, n_positions=256)
+    lines = []
+    args = LabArgs(model=str(model), dtypes=("bf16", "fp16"), num_prompts=2, num_samples=2, max_new_tokens=4,
+                   device="cpu", plots=False, self_consistency=False, output_dir=tmp_path / "lab")
+    report = run_lab(args, log=lines.append)
+    assert all(report["dtypes"][arm][f"mismatch/{key}"] == 0 for arm in ("bf16", "fp16") for key in RATIO_KEYS)
+    on_disk = json.loads((tmp_path / "lab" / "mismatch.json").read_text())
+    assert all(math.isnan(on_disk["ratios"][key]) for key in RATIO_KEYS)
+    assert "bf16/fp16: abs_logp_diff_mean nan  seq_logratio_std nan  k3 nan  seq_kl nan" in lines
+    bf16 = {f"mismatch/{key}": 0.5 for key in RATIO_KEYS}
+    assert bf16_fp16_ratios({"bf16": bf16, "fp16": report["dtypes"]["fp16"]}) == {key: math.inf for key in RATIO_KEYS}
 
 
 def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_path):

@@ -38,6 +38,18 @@ def test_the_outputs_line_leaves_out_what_the_run_did_not_write(tmp_path, capsys
     assert _outputs_line(capsys.readouterr().out) == f"outputs: {tmp_path}/config.json, metrics.jsonl, summary.json, oat/"
 
 
+def test_the_probes_ratio_of_two_zero_mismatches_prints_as_nan(tmp_path, capsys):
+    # Before: 0 / 0 printed as "infx".
+    from precision_oat.lab.lab import RATIO_KEYS, bf16_fp16_ratios
+
+    stats = {f"mismatch/{key}": 0.0 for key in RATIO_KEYS}
+    dtypes = {"bf16": stats, "fp16": stats}
+    measured = {"sampler": "builtin", "trainer": "hf", "top_p": 1.0, "prompts": 2, "samples_per_prompt": 4}
+    summarize_run([ROW], tmp_path, probe={"measured": measured, "dtypes": dtypes, "ratios": bf16_fp16_ratios(dtypes)})
+    assert ("bf16/fp16: nan token |Δlogp|, nan seq log-ratio std, nan k3 (mismatch_probe.json)"
+            in capsys.readouterr().out.splitlines())
+
+
 # --- which folders hold a run, and what --overwrite deletes ---
 
 

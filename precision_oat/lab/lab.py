@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -304,7 +305,7 @@ def run_lab(args: LabArgs, log=print) -> dict:
     np.savez_compressed(out / "histograms.npz", **{f"{d}|{k}": np.asarray(v) for d, h in histograms.items()
                                                    for k, v in h.items()})
     if report["ratios"]:
-        log("bf16/fp16: " + "  ".join(f"{k} {v:.1f}x" for k, v in report["ratios"].items()))
+        log("bf16/fp16: " + "  ".join(f"{k} {times(v)}" for k, v in report["ratios"].items()))
     figures = []
     if args.plots:
         from precision_oat.lab.plots import plot_atlas, plot_seq_logratio, plot_token_probs
@@ -327,14 +328,20 @@ def labelled_arms(report: dict) -> dict[str, dict]:
 
 
 def bf16_fp16_ratios(results: dict[str, dict]) -> dict[str, float]:
-    """bf16 / fp16 of each statistic in :data:`RATIO_KEYS` (empty unless both were measured)."""
+    """bf16 / fp16 of each statistic in :data:`RATIO_KEYS` (empty unless both were measured): inf when only fp16's
+    is 0, nan (undefined) when both are."""
     if "bf16" not in results or "fp16" not in results:
         return {}
     ratios = {}
     for key in RATIO_KEYS:
         num, den = results["bf16"][f"mismatch/{key}"], results["fp16"][f"mismatch/{key}"]
-        ratios[key] = num / den if den != 0 else float("inf")
+        ratios[key] = num / den if den != 0 else math.inf if num != 0 else math.nan
     return ratios
+
+
+def times(ratio: float, digits: int = 1) -> str:
+    """A ratio as the console shows it: ``8.2x``, or ``inf`` / ``nan`` as they are."""
+    return f"{ratio:.{digits}f}x" if math.isfinite(ratio) else str(ratio)
 
 
 def _sync(device: torch.device) -> None:

@@ -210,8 +210,10 @@ def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> 
         print(f"final policy, |Δlogp| per dtype ({m['sampler']} sampler vs {m['trainer']} trainer at top-p {m['top_p']:g}, "
               f"{m['prompts']} prompts × {m['samples_per_prompt']}): {line}", flush=True)
         if probe["ratios"]:
+            from precision_oat.lab.lab import times
+
             ratios = probe["ratios"]
-            print(f"bf16/fp16: {ratios['abs_logp_diff_mean']:.1f}x token |Δlogp|, "
-                  f"{ratios['seq_logratio_std']:.1f}x seq log-ratio std, {ratios['k3']:.0f}x k3 "
+            print(f"bf16/fp16: {times(ratios['abs_logp_diff_mean'])} token |Δlogp|, "
+                  f"{times(ratios['seq_logratio_std'])} seq log-ratio std, {times(ratios['k3'], 0)} k3 "
                   f"(mismatch_probe.json)", flush=True)
     return summary
