@@ -99,7 +99,8 @@ def apply_values(args: Args, values: dict[str, Any], source: str = "preset") -> 
         name = str(key).replace("-", "_")
         if name not in owner:
             close = difflib.get_close_matches(name, owner, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"valid keys are the flags of --help: {sorted(owner)}"
+            hint = (f"did you mean {close[0]!r}?" if close else
+                    "the keys are the flags `python -m precision_oat.main --help` lists, with dashes or underscores")
             raise UserError(f"{source}: unknown key {key!r}; {hint}")
         if isinstance(value, list):
             value = tuple(value)

@@ -106,6 +106,16 @@ def test_unknown_key_in_preset_is_named(tmp_path):
     assert "learning_rat" in str(exit_info.value.code)
 
 
+def test_an_unknown_key_with_no_close_match_points_to_the_flag_list_in_one_short_line(tmp_path):
+    # Before: the line listed every known key, some 150 of them.
+    path = tmp_path / "unknown.yaml"
+    path.write_text("zzzz: 1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--preset", str(path)])
+    assert exit_info.value.code == (f"error: --preset {path}: unknown key 'zzzz'; the keys are the flags "
+                                    "`python -m precision_oat.main --help` lists, with dashes or underscores")
+
+
 @pytest.mark.parametrize("text, message", [
     ("seed: 1\nmax_new_tokens: 8\nmax_new_tokens: 9\n", "not valid YAML at line 3 ('max_new_tokens' is given twice"),
     ("max_new_tokens: 8\nmax-new-tokens: 12\n", "'max-new-tokens' names --max-new-tokens a second time"),
