@@ -14,7 +14,7 @@ import torch
 
 from precision_oat.lab.__main__ import cli
 from precision_oat.lab.lab import RATIO_KEYS, LabArgs, bf16_fp16_ratios, labelled_arms, run_lab
-from tests.conftest import REPO, save_byte_model
+from tests.conftest import REPO, load_script, save_byte_model
 
 STAT_KEYS = {
     "mismatch/k1", "mismatch/k2", "mismatch/k3", "mismatch/abs_logp_diff_mean", "mismatch/abs_logp_diff_max",
@@ -90,6 +90,15 @@ def test_a_ratio_of_two_zero_mismatches_is_undefined_and_one_over_zero_is_infini
     assert "bf16/fp16: abs_logp_diff_mean nan  seq_logratio_std nan  k3 nan  seq_kl nan" in lines
     bf16 = {f"mismatch/{key}": 0.5 for key in RATIO_KEYS}
     assert bf16_fp16_ratios({"bf16": bf16, "fp16": report["dtypes"]["fp16"]}) == {key: math.inf for key in RATIO_KEYS}
+
+
+def test_the_vllm_benchmark_table_prints_a_zero_fp16_mismatch_as_an_infinite_ratio():
+    # Before: its bf16/fp16 row divided by the fp16 value and raised ZeroDivisionError.
+    bench = load_script("benchmarks/vllm_mismatch.py")
+    fp16 = {key: 0.0 for key, _ in bench.KEYS}
+    fp16[bench.KEYS[1][0]] = 2.5e-4
+    lines = bench.table("t", {"bf16": {key: 2e-3 for key, _ in bench.KEYS}, "fp16": fp16})
+    assert lines[-1].split() == ["bf16/fp16", "inf", "8.0x", "inf"]
 
 
 def test_cli_reads_a_prompt_file_and_skips_plots_on_request(byte_model_dir, tmp_path):

@@ -334,9 +334,13 @@ def bf16_fp16_ratios(results: dict[str, dict]) -> dict[str, float]:
         return {}
     ratios = {}
     for key in RATIO_KEYS:
-        num, den = results["bf16"][f"mismatch/{key}"], results["fp16"][f"mismatch/{key}"]
-        ratios[key] = num / den if den != 0 else math.inf if num != 0 else math.nan
+        ratios[key] = ratio(results["bf16"][f"mismatch/{key}"], results["fp16"][f"mismatch/{key}"])
     return ratios
+
+
+def ratio(num: float, den: float) -> float:
+    """num / den, with inf for a nonzero num over 0 and nan (undefined) for 0 / 0."""
+    return num / den if den != 0 else math.inf if num != 0 else math.nan
 
 
 def times(ratio: float, digits: int = 1) -> str:
