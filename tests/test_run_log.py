@@ -77,6 +77,16 @@ def test_a_resume_replaces_the_steps_logged_past_the_checkpoint_in_metrics_and_w
     assert len({p.name.split("-")[3] for p in (tmp_path / "wandb").glob("offline-run-*")}) == 1
 
 
+def test_a_part_whose_folder_wandb_numbered_continues_the_same_wandb_run(tmp_path):
+    log_steps(tmp_path, range(1, 3))
+    part = next((tmp_path / "wandb").glob("offline-run-*"))
+    # The name wandb gives a part that starts in the same second as the one before it: "-1" after the id.
+    part.rename(part.with_name(part.name + "-1"))
+    log_steps(tmp_path, range(3, 4), resume_step=2)
+    logs = sorted(p.name for p in (tmp_path / "wandb").glob("offline-run-*/*.wandb"))
+    assert logs == [f"run-{part.name.split('-')[3]}.wandb"] * 2, logs
+
+
 def test_a_resume_reads_back_the_non_finite_values_it_wrote_and_summarizes_them(tmp_path):
     from precision_oat.runs.folder import summarize_run
 

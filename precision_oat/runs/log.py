@@ -143,11 +143,19 @@ def rewind_point(run_id: str, resume_step: int) -> str:
 def previous_wandb_id(output_dir: Path) -> Optional[str]:
     """The id of the wandb run an earlier part of this run wrote under ``output_dir/wandb``, if any.
 
-    wandb names its folders ``[offline-]run-<date>_<time>-<id>``; resuming that id continues the
-    same wandb run. (The folder name itself may hold characters wandb refuses in an id.)
+    wandb names its folders ``[offline-]run-<date>_<time>-<id>``, plus ``-<n>`` for a part that starts
+    in the same second as an earlier one, so the id is read from the run's log inside,
+    ``run-<id>.wandb``; resuming that id continues the same wandb run.
     """
-    found = [m for p in (output_dir / "wandb").glob("*run-*") if (m := WANDB_RUN_FOLDER.match(p.name))]
-    return max(found, key=lambda m: m.group(1)).group(2) if found else None
+    parts = []
+    for folder in (output_dir / "wandb").glob("*run-*"):
+        named = WANDB_RUN_FOLDER.match(folder.name)
+        for log in folder.glob("run-*.wandb") if named else ():
+            run_id = log.name[len("run-"):-len(".wandb")]
+            same = re.fullmatch(re.escape(run_id) + r"(?:-(\d+))?", named.group(2))
+            if same:
+                parts.append((named.group(1), int(same.group(1) or 0), run_id))
+    return max(parts)[2] if parts else None
 
 
 def _record_line(row: dict) -> str:
