@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -65,11 +65,16 @@ def parse_alarms(specs: Sequence[str]) -> list[Alarm]:
 
 
 class AlarmWatch:
-    """Which alarms are in an excursion; :meth:`check` marks a step's metrics and returns the alarms it set off."""
+    """Which alarms are in an excursion; :meth:`check` marks a step's metrics and returns the alarms it set off.
 
-    def __init__(self, alarms: Sequence[Alarm]):
+    ``inside``: the excursions a checkpoint saved (:attr:`inside`), so a resumed run does not announce again one
+    that began before it; an alarm it does not name starts outside.
+    """
+
+    def __init__(self, alarms: Sequence[Alarm], inside: Optional[dict[str, bool]] = None):
         self.alarms = list(alarms)
-        self.inside = {str(a): False for a in self.alarms}
+        inside = inside or {}
+        self.inside = {str(a): inside.get(str(a), False) for a in self.alarms}
 
     def check(self, metrics: dict) -> list[Alarm]:
         started = []

@@ -3,8 +3,9 @@
 A checkpoint holds the policy as an fp32 HF folder (LoRA merged, so
 ``AutoModelForCausalLM.from_pretrained`` loads it as is), the tokenizer, the learner's own
 state (``learner.save_state``: masters, optimiser and loss scaler of the built-in learner,
-or DeepSpeed's checkpoint), and ``trainer_state.pt``: the step and every rank's RNG states, tensors
-and plain values only, so it loads with ``torch.load(weights_only=True)``.
+or DeepSpeed's checkpoint), and ``trainer_state.pt``: the step, every rank's RNG states and
+which mismatch alarms are inside an excursion, tensors and plain values only, so it loads with
+``torch.load(weights_only=True)``.
 
 Durability: the checkpoint is written to a temporary folder, every file and folder in it is
 fsynced, it is renamed into place, then ``latest`` is replaced atomically and the parent
@@ -46,9 +47,11 @@ STEP_FOLDER = re.compile(r"^step_(\d+)$")
 UNREADABLE = (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
 
 
-def write_checkpoint(output_dir: Path, step: int, learner, tokenizer, world: World = SINGLE) -> Path:
+def write_checkpoint(output_dir: Path, step: int, learner, tokenizer, world: World = SINGLE,
+                     alarms: Optional[dict[str, bool]] = None) -> Path:
     """Write checkpoint ``step`` into a hidden folder, every file fsynced; return that folder for
-    :func:`commit_checkpoint`. No resume finds it before the commit.
+    :func:`commit_checkpoint`. No resume finds it before the commit. ``alarms``: which ``--mismatch-alarm``s are
+    inside an excursion (:attr:`~precision_oat.runs.alarms.AlarmWatch.inside`).
 
     Every rank takes part (gathering the weights and DeepSpeed's shards are collective); rank 0
     writes the rest.
@@ -68,8 +71,8 @@ def write_checkpoint(output_dir: Path, step: int, learner, tokenizer, world: Wor
         with quiet_save():
             policy.save_pretrained(written)
             tokenizer.save_pretrained(written)
-        torch.save({"step": step, "rng": rng[0], "rank_rng": rng, "cuda_rng": cuda_rng, "world_size": world.size},
-                   written / "trainer_state.pt")
+        torch.save({"step": step, "rng": rng[0], "rank_rng": rng, "cuda_rng": cuda_rng, "world_size": world.size,
+                    "alarms": dict(alarms or {})}, written / "trainer_state.pt")
         _fsync_tree(written)
     return written
 
@@ -164,6 +167,11 @@ def load_checkpoint(folder: Path, learner, world: World = SINGLE) -> int:
     if cuda_rng is not None:
         torch.cuda.set_rng_state(cuda_rng)
     return int(state["step"])
+
+
+def saved_alarms(folder: Path) -> dict[str, bool]:
+    """Which alarms ``folder``'s run was inside an excursion of (none in a checkpoint from before they were saved)."""
+    return torch.load(folder / "trainer_state.pt", weights_only=True).get("alarms", {})
 
 
 def check_world_size(folder: Path, world: World) -> None:

@@ -45,7 +45,9 @@ from precision_oat.presets import to_values
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.rl.settings import LearnerSettings, learner_settings
 from precision_oat.runs.alarms import parse_alarms
-from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
+from precision_oat.runs.checkpoint import (
+    check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint, saved_alarms,
+)
 from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, start_new_run
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
@@ -164,10 +166,11 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
     if type(actor).encode is not PrecisionActor.encode:  # an actor of its own may render prompts its own way
         check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
 
-    start_step = 0
+    start_step, alarms_inside = 0, {}
     flags = to_values(args)
     if args.log.resume:
         folder, start_step = resume_checkpoint(out, learner, world)
+        alarms_inside = saved_alarms(folder)
         push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, flags, start_step)
@@ -178,7 +181,7 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
                  run_name=args.log.run_name or out.name,
                  resume_step=start_step if args.log.resume else None) if world.is_main else None
     return Run(out, world, device, precision, policy.tokenizer, examples, sampler, learner, actor, log,
-               start_step)
+               start_step, alarms_inside)
 
 
 def build_learner(model, settings: LearnerSettings, learner_class: Optional[type] = None):

@@ -62,6 +62,8 @@ class Run:
     log: Optional[RunLog]
     # Steps already done (a resume starts after them).
     start_step: int
+    # The alarms inside an excursion at the checkpoint a resume starts from.
+    alarms_inside: dict[str, bool]
 
 
 def rank_times(world: World, metrics: dict) -> dict[str, float]:
@@ -83,7 +85,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     steps, per_step = train.steps, rollout.prompts_per_step
     if steps == 0:
         return evaluate_only(actor, evaluation, log, run.out)
-    watch, masks = AlarmWatch(parse_alarms(logging.mismatch_alarm)), MaskWatch()
+    watch, masks = AlarmWatch(parse_alarms(logging.mismatch_alarm), run.alarms_inside), MaskWatch()
     say(first_checkpoint(run.start_step, steps, logging.save_every, logging.save_every_minutes), flush=True)
     # The signal handlers are the caller's again however the loop ends.
     with StopRequest(world.size) as stop:
@@ -128,7 +130,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
                 save_start - last_save >= 60 * logging.save_every_minutes)
             if ((logging.save_every and (step + 1) % logging.save_every == 0) or step + 1 == steps or stopping
                     or minutes_up):
-                checkpoint = write_checkpoint(run.out, step + 1, learner, run.tokenizer, world)
+                checkpoint = write_checkpoint(run.out, step + 1, learner, run.tokenizer, world, watch.inside)
                 last_save = time.perf_counter()
             histograms_start = time.perf_counter()
             metrics["perf/time/save"] = after_record["save"] + histograms_start - save_start
@@ -157,8 +159,8 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
                 if alarm_stop:
                     if alarmed:
                         say(f"{alarm_line(alarmed[0], metrics, step + 1)}: stopped after saving a checkpoint at step "
-                            f"{step + 1}; continue with the same command and --resume (with the alarm, it stops again "
-                            "while the key stays past it)", flush=True)
+                            f"{step + 1}; continue with the same command and --resume (it goes on through this "
+                            "excursion and stops at the next one)", flush=True)
                     raise SystemExit(ALARM_EXIT_STATUS)
                 say(f"{stop.requested or 'stop'}: saved a checkpoint at step {step + 1}; continue with --resume", flush=True)
                 raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
