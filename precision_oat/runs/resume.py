@@ -13,6 +13,7 @@ is never ignored silently.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,7 +21,9 @@ from precision_oat.args import Args
 from precision_oat.checks import flag, shown
 from precision_oat.errors import UserError
 from precision_oat.presets import to_values
+from precision_oat.runs.checkpoint import STEP_FOLDER, checkpoints_newest_first
 from precision_oat.runs.folder import is_unmarked_run, mark_run, write_json
+from precision_oat.runs.token_export import drop_tokens_after
 
 SAFE_ON_RESUME = frozenset({
     # the length of the run: more steps extend it
@@ -118,6 +121,21 @@ def record_resume(out: Path, flags: dict, step: int) -> None:
     if is_unmarked_run(out):
         mark_run(out)  # a run from before the marker: resuming makes it a marked one
     write_json(out / "config.json", config)
+
+
+def drop_superseded(out: Path, step: int) -> None:
+    """Delete what the run wrote after checkpoint ``step``, as its metrics rows past it are cut: the token files,
+    profile and checkpoints of the steps the resume runs again (a checkpoint it fell back over included), and the
+    end-of-run probe. What the resumed run makes again it writes anew; what it no longer makes (another
+    ``--export-tokens``, ``--profile-update`` or ``--probe-dtypes``) is gone."""
+    drop_tokens_after(out, step)
+    for folder in checkpoints_newest_first(out):
+        if int(STEP_FOLDER.match(folder.name).group(1)) > step:
+            shutil.rmtree(folder)
+    profile = out / "profile.json"
+    if profile.is_file() and json.loads(profile.read_text())["step"] > step:
+        profile.unlink()
+    (out / "mismatch_probe.json").unlink(missing_ok=True)
 
 
 def _read_summary(out: Path) -> Optional[dict]:

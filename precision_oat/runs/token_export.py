@@ -17,6 +17,7 @@ Only response tokens are rows, so the response mask is 1 on every row.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -24,11 +25,21 @@ import torch
 from precision_oat.rl.rollout import Rollout
 
 TOKENS_FOLDER = "tokens"
+# A step's file, or the temporary one it is written to.
+TOKEN_FILE = re.compile(r"^step_(\d+)\.parquet(?:\.tmp)?$")
 
 
 def token_file(out: Path, step: int) -> Path:
     """Where step ``step``'s tokens go (the step six digits long, like a checkpoint's folder)."""
     return out / TOKENS_FOLDER / f"step_{step:06d}.parquet"
+
+
+def drop_tokens_after(out: Path, step: int) -> None:
+    """Delete the token files of the steps after ``step``."""
+    for path in (out / TOKENS_FOLDER).glob("step_*"):
+        match = TOKEN_FILE.match(path.name)
+        if match and int(match.group(1)) > step:
+            path.unlink()
 
 
 def export_tokens(path: Path, rollout: Rollout, old_logprobs: torch.Tensor, advantages: torch.Tensor) -> Path:

@@ -76,6 +76,24 @@ def test_resume_skips_a_checkpoint_without_learner_state_and_a_dangling_latest(t
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000004"
 
 
+def test_a_resume_leaves_no_file_of_the_steps_it_repeats_nor_of_outputs_it_no_longer_makes(tmp_path,
+                                                                                         embedded_policy_dir):
+    common = dict(model=str(embedded_policy_dir), save_every=2, output_dir=str(tmp_path))
+    train(make_args(**common, steps=3, export_tokens=1, profile_update=3, probe_dtypes=["fp32"]))
+    assert (tmp_path / "mismatch_probe.json").is_file() and (tmp_path / "profile.json").is_file()
+    # Step 3's checkpoint is torn: the resume goes on from step 2 and repeats step 3, with other outputs.
+    (tmp_path / "checkpoints" / "step_000003" / "learner_state.pt").unlink()
+    summary = train(make_args(**common, steps=4, export_tokens=2, resume=True))
+    assert [r["step"] for r in rows(tmp_path)] == [1, 2, 3, 4]
+    # Kept: the files of steps 1-2. Written anew: those of step 4 (--export-tokens 2, the last step's checkpoint).
+    assert sorted(p.name for p in (tmp_path / "tokens").iterdir()) == ["step_000001.parquet", "step_000002.parquet",
+                                                                       "step_000004.parquet"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_000002", "step_000004"]
+    # Step 3 was profiled and the run probed at its old end; the resumed run does neither.
+    assert not (tmp_path / "profile.json").exists()
+    assert not (tmp_path / "mismatch_probe.json").exists() and "probe" not in summary
+
+
 PLAIN = (torch.Tensor, str, int, float, bool, type(None))
 
 

@@ -51,7 +51,7 @@ from precision_oat.runs.checkpoint import (
 from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, start_new_run
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
-from precision_oat.runs.resume import check_resume, record_resume
+from precision_oat.runs.resume import check_resume, drop_superseded, record_resume
 from precision_oat.samplers import build_sampler
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 from precision_oat.tasks import build_task
@@ -174,6 +174,7 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
         push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, flags, start_step)
+            drop_superseded(out, start_step)
         say(f"resumed from {folder} at step {start_step}", flush=True)
 
     # Rank 0 writes the run's metrics; the other ranks only compute.
