@@ -189,6 +189,33 @@ def test_a_folder_refused_on_rank_0_stops_every_rank_in_one_line(tmp_path, embed
     assert "[rank1]: Traceback" not in text, text
 
 
+OVERFLOWING_LEARNER = """
+from precision_oat.algorithms import GRPOMixin, ISPGMixin
+from precision_oat.learners.deepspeed_learner import DeepSpeedLearner
+
+
+class Overflowing(ISPGMixin, GRPOMixin, DeepSpeedLearner):
+    def backward(self, loss, last_micro_batch):
+        super().backward(loss * float("inf"), last_micro_batch)
+"""
+
+
+def test_a_run_whose_every_step_overflowed_fails_on_every_rank_in_one_line(tmp_path, embedded_policy_dir,
+                                                                          monkeypatch):
+    # Gradients of inf: DeepSpeed skips every optimiser step.
+    (tmp_path / "overflowing.py").write_text(OVERFLOWING_LEARNER)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    done = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "2", "--learner-class",
+                  "overflowing:Overflowing", "--output-dir", str(out), processes=2)
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    # Each rank ends with the line, after rank 0 wrote the summary.
+    assert text.count("error: every optimiser step of the run overflowed and was skipped (2)") == 2, text
+    assert "[rank1]: Traceback" not in text, text
+    assert json.loads((out / "summary.json").read_text())["skipped_steps"] == 2
+
+
 def test_when_a_rank_dies_the_others_stop(tmp_path, embedded_policy_dir):
     out = tmp_path / "run"
     run = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "100000", "--output-dir", str(out),

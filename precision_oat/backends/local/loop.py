@@ -166,35 +166,42 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
                 raise SystemExit(128 + (stop.signal_number or signal.SIGTERM))
     # Gathering the final weights is collective with several processes; rank 0 probes them.
     final = export_policy(learner, world) if logging.probe_dtypes else None
-    if not world.is_main:
-        return {}
-    log.close()
-    probe = {}
-    if final is not None:
-        # The probe samples and scores in each dtype on its own copies: the learner and the
-        # sampler leave the device first.
-        del learner, run.learner, run.sampler, actor.sampler
-        if run.device.type == "cuda":
-            torch.cuda.empty_cache()
-        with out_of_memory_explained("the end-of-run mismatch probe", PROBE_MEMORY_FLAGS):
-            probe = probe_mismatch(Policy(final, run.tokenizer, None),
-                                   [actor.encode(e) for e in run.examples[:PROBE_PROMPTS]], train, rollout,
-                                   logging.probe_dtypes, run.device)
-        (run.out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
-    summary = summarize_run(log.history, run.out, probe)
-    write_json(run.out / "summary.json", summary)  # atomic: its presence marks the run finished
-    check_some_step_applied(log.history[-1])
+    # Rank 0 alone holds the metrics: its verdict is every rank's.
+    unapplied = world.broadcast(no_step_applied(log.history[-1]) if world.is_main else None)
+    summary = {}
+    if world.is_main:
+        log.close()
+        probe = {}
+        if final is not None:
+            # The probe samples and scores in each dtype on its own copies: the learner and the
+            # sampler leave the device first.
+            del learner, run.learner, run.sampler, actor.sampler
+            if run.device.type == "cuda":
+                torch.cuda.empty_cache()
+            with out_of_memory_explained("the end-of-run mismatch probe", PROBE_MEMORY_FLAGS):
+                probe = probe_mismatch(Policy(final, run.tokenizer, None),
+                                       [actor.encode(e) for e in run.examples[:PROBE_PROMPTS]], train, rollout,
+                                       logging.probe_dtypes, run.device)
+            (run.out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
+        summary = summarize_run(log.history, run.out, probe)
+        write_json(run.out / "summary.json", summary)  # atomic: its presence marks the run finished
+    if unapplied:
+        # Every rank fails with the line once rank 0's summary is written, not rank 0 alone while the others wait.
+        world.barrier()
+        raise UserError(unapplied)
     return summary
 
 
-def check_some_step_applied(last: dict) -> None:
-    """Fail the run (after its summary) when every optimiser step it took overflowed and was skipped."""
+def no_step_applied(last: dict) -> Optional[str]:
+    """The error line of a run whose every optimiser step overflowed and was skipped (``last``: its last metrics
+    row), or None."""
     skipped = last.get("train/skipped_steps", 0.0)
     if skipped and not last.get("train/optimizer_steps", 1.0):
-        raise UserError(f"every optimiser step of the run overflowed and was skipped ({skipped:.0f}), so the weights "
-                        f"never changed (loss scale now {last.get('train/loss_scale', 1.0):g}); lower "
-                        "--initial-loss-scale and --min-loss-scale, or find the inf/nan in the gradients "
-                        "(train/grad_norm in metrics.jsonl)")
+        return (f"every optimiser step of the run overflowed and was skipped ({skipped:.0f}), so the weights "
+                f"never changed (loss scale now {last.get('train/loss_scale', 1.0):g}); lower "
+                "--initial-loss-scale and --min-loss-scale, or find the inf/nan in the gradients "
+                "(train/grad_norm in metrics.jsonl)")
+    return None
 
 
 def evaluate_only(actor: PrecisionActor, evaluation: EvalArgs, log: Optional[RunLog], out: Path) -> dict:
