@@ -135,7 +135,7 @@ def table(title: str, rows: dict[str, dict[str, float]]) -> list[str]:
     for dtype, m in rows.items():
         lines.append(f"  {dtype:10}" + "".join(f"{m[key]:20.3e}" for key, _ in KEYS))
     if "bf16" in rows and "fp16" in rows:
-        from precision_oat.lab.lab import ratio, times
+        from precision_oat.precision.mismatch_metrics import ratio, times
 
         lines.append(f"  {'bf16/fp16':10}" + "".join(f"{times(ratio(rows['bf16'][k], rows['fp16'][k])):>20}"
                                                       for k, _ in KEYS))

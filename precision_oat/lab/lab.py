@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -42,6 +41,7 @@ from precision_oat import checks
 from precision_oat.errors import UserError
 from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.lm_head import use_fp32_head
+from precision_oat.precision.mismatch_metrics import ratio, times
 from precision_oat.rl.scoring import DEFAULT_CHUNK_SIZE, score, token_logprobs, trim
 
 # Statistics whose bf16/fp16 ratio the lab reports (the paper's headline comparisons).
@@ -336,16 +336,6 @@ def bf16_fp16_ratios(results: dict[str, dict]) -> dict[str, float]:
     for key in RATIO_KEYS:
         ratios[key] = ratio(results["bf16"][f"mismatch/{key}"], results["fp16"][f"mismatch/{key}"])
     return ratios
-
-
-def ratio(num: float, den: float) -> float:
-    """num / den, with inf for a nonzero num over 0 and nan (undefined) for 0 / 0."""
-    return num / den if den != 0 else math.inf if num != 0 else math.nan
-
-
-def times(ratio: float, digits: int = 1) -> str:
-    """A ratio as the console shows it: ``8.2x``, or ``inf`` / ``nan`` as they are."""
-    return f"{ratio:.{digits}f}x" if math.isfinite(ratio) else str(ratio)
 
 
 def _sync(device: torch.device) -> None:

@@ -167,3 +167,13 @@ def mismatch_breakdown(
     for label, (abs_sum, count) in _nonempty_buckets(POSITION_BUCKETS, by_position):
         out[f"mismatch/position/{label}/abs_logp_diff_mean"] = abs_sum / count
     return out
+
+
+def ratio(num: float, den: float) -> float:
+    """num / den, with inf for a nonzero num over 0 and nan (undefined) for 0 / 0."""
+    return num / den if den != 0 else math.inf if num != 0 else math.nan
+
+
+def times(ratio: float, digits: int = 1) -> str:
+    """A ratio as the console shows it: ``8.2x``, or ``inf`` / ``nan`` as they are."""
+    return f"{ratio:.{digits}f}x" if math.isfinite(ratio) else str(ratio)

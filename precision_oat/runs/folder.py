@@ -210,7 +210,7 @@ def summarize_run(history: list[dict], out: Path, probe: dict | None = None) -> 
         print(f"final policy, |Δlogp| per dtype ({m['sampler']} sampler vs {m['trainer']} trainer at top-p {m['top_p']:g}, "
               f"{m['prompts']} prompts × {m['samples_per_prompt']}): {line}", flush=True)
         if probe["ratios"]:
-            from precision_oat.lab.lab import times
+            from precision_oat.precision.mismatch_metrics import times
 
             ratios = probe["ratios"]
             print(f"bf16/fp16: {times(ratios['abs_logp_diff_mean'])} token |Δlogp|, "
