@@ -32,7 +32,7 @@ import shutil
 import sys
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -87,13 +87,19 @@ def commit_checkpoint(written: Path, keep: Optional[int] = None, world: World = 
     if world.is_main:
         shutil.rmtree(final, ignore_errors=True)
         written.rename(final)
-        pointer = root / "latest.tmp"
-        pointer.write_text(final.name)
-        _fsync(pointer)
-        os.replace(pointer, root / "latest")
-        _fsync(root)
+        point_latest(final)
         prune_checkpoints(root, keep)
     return final
+
+
+def point_latest(folder: Path) -> None:
+    """Make ``latest`` name checkpoint ``folder``, atomically and durably."""
+    root = folder.parent
+    pointer = root / "latest.tmp"
+    pointer.write_text(folder.name)
+    _fsync(pointer)
+    os.replace(pointer, root / "latest")
+    _fsync(root)
 
 
 def export_policy(learner, world: World = SINGLE):
@@ -158,20 +164,24 @@ def require_checkpoint(output_dir: Path) -> Path:
     return folder
 
 
-def load_checkpoint(folder: Path, learner, world: World = SINGLE) -> int:
-    """Restore the learner and RNG states from ``folder``; return the number of completed steps."""
+class Resumed(NamedTuple):
+    """Where a resume starts: the checkpoint, its step, and which alarms were inside an excursion there (none in a
+    checkpoint from before they were saved)."""
+
+    folder: Path
+    step: int
+    alarms: dict[str, bool]
+
+
+def load_checkpoint(folder: Path, learner, world: World = SINGLE) -> Resumed:
+    """Restore the learner and RNG states from ``folder``."""
     state = torch.load(folder / "trainer_state.pt", weights_only=True)
     learner.load_state(folder)
     set_rng_states(state.get("rank_rng", [state["rng"]] * world.size)[world.rank])
     cuda_rng = state.get("cuda_rng", [None] * world.size)[world.rank]
     if cuda_rng is not None:
         torch.cuda.set_rng_state(cuda_rng)
-    return int(state["step"])
-
-
-def saved_alarms(folder: Path) -> dict[str, bool]:
-    """Which alarms ``folder``'s run was inside an excursion of (none in a checkpoint from before they were saved)."""
-    return torch.load(folder / "trainer_state.pt", weights_only=True).get("alarms", {})
+    return Resumed(folder, int(state["step"]), state.get("alarms", {}))
 
 
 def check_world_size(folder: Path, world: World) -> None:
@@ -184,8 +194,8 @@ def check_world_size(folder: Path, world: World) -> None:
                     f"and this run has {world.size}; resume {launch}")
 
 
-def resume_checkpoint(output_dir: Path, learner, world: World = SINGLE) -> tuple[Path, int]:
-    """Load the newest checkpoint every rank can read; warn in one line about each one skipped. Returns (folder, step)."""
+def resume_checkpoint(output_dir: Path, learner, world: World = SINGLE) -> Resumed:
+    """Load the newest checkpoint every rank can read; warn in one line about each one skipped."""
     root = output_dir / "checkpoints"
     named = _latest_named(root)
     if named is not None and not named.is_dir() and world.is_main:
@@ -193,7 +203,7 @@ def resume_checkpoint(output_dir: Path, learner, world: World = SINGLE) -> tuple
     for folder in world.broadcast(checkpoints_newest_first(output_dir)):
         problems = [(rank, p) for rank, p in enumerate(world.gather(unreadable(folder, learner))) if p is not None]
         if not problems:
-            return folder, load_checkpoint(folder, learner, world)
+            return load_checkpoint(folder, learner, world)
         if world.is_main:
             where = "" if world.size == 1 else f" on rank {problems[0][0]}"
             _warn(f"checkpoint {folder} is unreadable{where} ({problems[0][1]}); trying the one before it")

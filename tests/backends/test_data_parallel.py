@@ -216,6 +216,35 @@ def test_a_run_whose_every_step_overflowed_fails_on_every_rank_in_one_line(tmp_p
     assert json.loads((out / "summary.json").read_text())["skipped_steps"] == 2
 
 
+# The command, with the end-of-run probe failing as out of GPU memory makes it fail (it runs on rank 0 alone).
+PROBE_OUT_OF_MEMORY = """
+import runpy
+from precision_oat.backends.local import loop
+
+
+def out_of_memory(*args, **kwargs):
+    import torch
+
+    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+loop.probe_mismatch = out_of_memory
+runpy.run_module("precision_oat.main", run_name="__main__")
+"""
+
+
+def test_a_probe_out_of_memory_on_rank_0_stops_every_rank_in_one_line(tmp_path, embedded_policy_dir):
+    entry = tmp_path / "probe_oom.py"
+    entry.write_text(PROBE_OUT_OF_MEMORY)
+    out = tmp_path / "run"
+    done = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "1", "--probe-dtypes", "fp32",
+                  "--output-dir", str(out), processes=2, entry=(str(entry),))
+    assert done.returncode != 0
+    text = done.stdout + done.stderr
+    assert text.count("error: out of GPU memory in the end-of-run mismatch probe (CUDA out of memory") == 2, text
+    assert "[rank1]: Traceback" not in text, text
+    assert not (out / "summary.json").exists() and [r["step"] for r in rows(out)] == [1]
+
+
 def test_when_a_rank_dies_the_others_stop(tmp_path, embedded_policy_dir):
     out = tmp_path / "run"
     run = launch("--model", str(embedded_policy_dir), *COMMON, "--steps", "100000", "--output-dir", str(out),

@@ -94,6 +94,18 @@ def test_a_resume_leaves_no_file_of_the_steps_it_repeats_nor_of_outputs_it_no_lo
     assert not (tmp_path / "mismatch_probe.json").exists() and "probe" not in summary
 
 
+def test_a_resume_points_latest_at_its_checkpoint_before_it_saves_again(tmp_path, embedded_policy_dir):
+    from precision_oat.runs.resume import drop_superseded
+
+    train(make_args(model=str(embedded_policy_dir), save_every=1, steps=3, output_dir=str(tmp_path)))
+    checkpoints = tmp_path / "checkpoints"
+    # A resume from step 2 (step 3's checkpoint torn) deletes step 3's, which ``latest`` names.
+    drop_superseded(tmp_path, checkpoints / "step_000002", 2)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step_000001", "step_000002"]
+    assert (checkpoints / "latest").read_text() == "step_000002"
+    assert not (tmp_path / "summary.json").exists()
+
+
 PLAIN = (torch.Tensor, str, int, float, bool, type(None))
 
 
@@ -141,8 +153,7 @@ def test_an_extension_stopped_before_its_summary_is_finished_by_the_next_resume(
 
     common = dict(model=str(embedded_policy_dir), output_dir=str(tmp_path))
     train(make_args(**common, steps=2))
-    # Extended to 3 steps, the run saves step 3 and then fails in the end-of-run probe (as out of GPU memory does):
-    # summary.json is still the one of the first part, at step 2.
+    # Extended to 3 steps, the run saves step 3 and then fails in the end-of-run probe (as out of GPU memory does).
     real_probe = loop.probe_mismatch
 
     def out_of_memory(*args, **kwargs):
@@ -151,6 +162,7 @@ def test_an_extension_stopped_before_its_summary_is_finished_by_the_next_resume(
     monkeypatch.setattr(loop, "probe_mismatch", out_of_memory)
     with pytest.raises(UserError, match="end-of-run mismatch probe"):
         train(make_args(**common, steps=3, resume=True, probe_dtypes=["fp32"]))
+    assert not (tmp_path / "summary.json").exists()  # the first part's, at step 2, went with the resume
     monkeypatch.setattr(loop, "probe_mismatch", real_probe)
     # The resume the error line suggests (the probe off) writes the summary of the 3 steps.
     summary = train(make_args(**common, steps=3, resume=True))

@@ -45,9 +45,7 @@ from precision_oat.presets import to_values
 from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
 from precision_oat.rl.settings import LearnerSettings, learner_settings
 from precision_oat.runs.alarms import parse_alarms
-from precision_oat.runs.checkpoint import (
-    check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint, saved_alarms,
-)
+from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
 from precision_oat.runs.folder import check_new_run, config_values, output_dir_for, start_new_run
 from precision_oat.runs.lock import RunLock
 from precision_oat.runs.log import RunLog
@@ -169,13 +167,13 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
     start_step, alarms_inside = 0, {}
     flags = to_values(args)
     if args.log.resume:
-        folder, start_step = resume_checkpoint(out, learner, world)
-        alarms_inside = saved_alarms(folder)
+        resumed = resume_checkpoint(out, learner, world)
+        start_step, alarms_inside = resumed.step, resumed.alarms
         push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, flags, start_step)
-            drop_superseded(out, start_step)
-        say(f"resumed from {folder} at step {start_step}", flush=True)
+            drop_superseded(out, resumed.folder, start_step)
+        say(f"resumed from {resumed.folder} at step {start_step}", flush=True)
 
     # Rank 0 writes the run's metrics; the other ranks only compute.
     log = RunLog(out, flags, wandb_mode=args.log.wandb_mode, project=args.log.wandb_project,

@@ -168,16 +168,17 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     final = export_policy(learner, world) if logging.probe_dtypes else None
     # Rank 0 alone holds the metrics: its verdict is every rank's.
     unapplied = world.broadcast(no_step_applied(log.history[-1]) if world.is_main else None)
-    summary = {}
-    if world.is_main:
+    if final is not None and world.is_main:
+        # The probe samples and scores in each dtype on its own copies: the learner and the sampler leave the
+        # device first.
+        del learner, run.learner, run.sampler, actor.sampler
+        if run.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def finish() -> dict:
         log.close()
         probe = {}
         if final is not None:
-            # The probe samples and scores in each dtype on its own copies: the learner and the
-            # sampler leave the device first.
-            del learner, run.learner, run.sampler, actor.sampler
-            if run.device.type == "cuda":
-                torch.cuda.empty_cache()
             with out_of_memory_explained("the end-of-run mismatch probe", PROBE_MEMORY_FLAGS):
                 probe = probe_mismatch(Policy(final, run.tokenizer, None),
                                        [actor.encode(e) for e in run.examples[:PROBE_PROMPTS]], train, rollout,
@@ -185,9 +186,12 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             (run.out / "mismatch_probe.json").write_text(json.dumps(probe, indent=2))
         summary = summarize_run(log.history, run.out, probe)
         write_json(run.out / "summary.json", summary)  # atomic: its presence marks the run finished
+        return summary
+
+    # A probe that fails on rank 0 (out of memory) stops every rank with its line, as does a run with no step applied
+    # once the summary is written.
+    summary = world.on_main(finish) or {}
     if unapplied:
-        # Every rank fails with the line once rank 0's summary is written, not rank 0 alone while the others wait.
-        world.barrier()
         raise UserError(unapplied)
     return summary
 
