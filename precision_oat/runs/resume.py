@@ -6,10 +6,10 @@ flag with the run's value and the new one. The flags of :data:`SAFE_ON_RESUME` o
 the run or change what is logged, saved, evaluated or which resources run it; they are
 accepted and recorded: config.json keeps the run's original values and gains a ``resumes``
 list, one entry per resume with its step and ``{flag: [old, new]}``. Other micro-batches,
-log-prob chunks, compiled layers, another device or other vLLM batching change the rounding: such
-a resumed run is the same run up to rounding, no longer bit-exact with a straight one. A flag added after the
-run started counts as its default there. Flags not named here are refused, so a new flag
-is never ignored silently.
+log-prob chunks, compiled layers, another device or other vLLM batching change the rounding:
+such a resumed run is the same run up to rounding, no longer bit-exact with a straight one. A
+flag added after the run started counts as its default there. Flags not named here are
+refused, so a new flag is never ignored silently.
 """
 
 from __future__ import annotations
