@@ -121,7 +121,7 @@ def checkpoints_newest_first(output_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     folders = sorted((p for p in root.iterdir() if STEP_FOLDER.match(p.name) and p.is_dir()),
-                     key=_step_of, reverse=True)
+                     key=step_of, reverse=True)
     named = _latest_named(root)
     if named in folders:
         folders.remove(named)
@@ -233,7 +233,7 @@ def prune_checkpoints(root: Path, keep: Optional[int]) -> None:
     if keep is None or named is None or not named.is_dir():
         return
     folders = checkpoints_newest_first(root.parent)
-    older = [f for f in folders[1:] if _step_of(f) < _step_of(named)]
+    older = [f for f in folders[1:] if step_of(f) < step_of(named)]
     for folder in [f for f in folders[1:] if f not in older] + older[keep - 1:]:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -268,7 +268,8 @@ def set_rng_states(rng: dict) -> None:
 # --- helpers ---
 
 
-def _step_of(folder: Path) -> int:
+def step_of(folder: Path) -> int:
+    """The step a checkpoint folder (``step_N``) is named after."""
     return int(STEP_FOLDER.match(folder.name).group(1))
 
 

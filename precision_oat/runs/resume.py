@@ -23,7 +23,7 @@ from precision_oat.args import Args
 from precision_oat.checks import flag, shown
 from precision_oat.errors import UserError
 from precision_oat.presets import to_values
-from precision_oat.runs.checkpoint import STEP_FOLDER, checkpoints_newest_first, point_latest
+from precision_oat.runs.checkpoint import checkpoints_newest_first, point_latest, step_of
 from precision_oat.runs.folder import is_unmarked_run, mark_run, write_json
 from precision_oat.runs.token_export import drop_tokens_after
 
@@ -107,7 +107,7 @@ def check_resume(out: Path, flags: dict, steps: int, checkpoint_step: int) -> Op
                         f"resume with --steps {checkpoint_step} or more")
     summary = _read_summary(out) if steps == checkpoint_step else None
     if summary is not None and summary.get("steps") != steps:
-        summary = None  # an earlier part's, in a folder resumed before a resume deleted it
+        summary = None  # an earlier part's, left by a resume from before resumes deleted it
     if summary is not None:
         print(f"the run in {out} is finished (step {steps} of --steps {steps}, summary.json); nothing to do. "
               f"Resume with --steps N > {steps} to extend it.", flush=True)
@@ -125,15 +125,16 @@ def record_resume(out: Path, flags: dict, step: int) -> None:
     write_json(out / "config.json", config)
 
 
-def drop_superseded(out: Path, checkpoint: Path, step: int) -> None:
-    """Delete what the run wrote after ``checkpoint`` (of ``step``), as its metrics rows past it are cut: the token
+def drop_superseded(out: Path, checkpoint: Path) -> None:
+    """Delete what the run wrote after ``checkpoint``, as its metrics rows past it are cut: the token
     files, profile and checkpoints of the steps the resume runs again (a checkpoint it fell back over included), and
     the end of the run (probe and summary). What the resumed run makes again it writes anew; what it no longer makes
     (another ``--export-tokens``, ``--profile-update`` or ``--probe-dtypes``) is gone, and until it ends the folder
     is that of an unfinished run. ``latest`` names ``checkpoint`` again."""
+    step = step_of(checkpoint)
     drop_tokens_after(out, step)
     for folder in checkpoints_newest_first(out):
-        if int(STEP_FOLDER.match(folder.name).group(1)) > step:
+        if step_of(folder) > step:
             shutil.rmtree(folder)
     point_latest(checkpoint)
     profile = out / "profile.json"

@@ -100,7 +100,7 @@ def test_a_resume_points_latest_at_its_checkpoint_before_it_saves_again(tmp_path
     train(make_args(model=str(embedded_policy_dir), save_every=1, steps=3, output_dir=str(tmp_path)))
     checkpoints = tmp_path / "checkpoints"
     # A resume from step 2 (step 3's checkpoint torn) deletes step 3's, which ``latest`` names.
-    drop_superseded(tmp_path, checkpoints / "step_000002", 2)
+    drop_superseded(tmp_path, checkpoints / "step_000002")
     assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step_000001", "step_000002"]
     assert (checkpoints / "latest").read_text() == "step_000002"
     assert not (tmp_path / "summary.json").exists()

@@ -172,7 +172,7 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
         push_weights(sampler, learner.export_weights(), precision)
         if world.is_main:
             record_resume(out, flags, start_step)
-            drop_superseded(out, resumed.folder, start_step)
+            drop_superseded(out, resumed.folder)
         say(f"resumed from {resumed.folder} at step {start_step}", flush=True)
 
     # Rank 0 writes the run's metrics; the other ranks only compute.
