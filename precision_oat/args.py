@@ -105,7 +105,7 @@ class PrecisionArgs(Checked):
     sampler_dtype: Optional[SamplerDType] = None
     # Trainer (forward/backward) dtype; None follows --dtype.
     trainer_dtype: Optional[DType] = None
-    # Dtype of the weights the optimiser updates.
+    # Dtype of the weights the optimiser updates: fp32, or the trainer's bf16 for pure bf16 training (fp16 is refused).
     master_dtype: DType = "fp32"
     # Loss scaling; None picks dynamic for an fp16 trainer and none otherwise.
     loss_scaling: Optional[LossScalingMode] = None

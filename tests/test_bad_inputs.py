@@ -104,6 +104,7 @@ BAD_INPUTS: list[Bad] = [
     bad("--loss-scale-growth-interval", "0"),
     bad("--dtype", "fp16", "--loss-scaling", "none", flag="--loss-scaling"),
     bad("--dtype", "fp16", "--master-dtype", "bf16", flag="--master-dtype"),
+    bad("--dtype", "fp16", "--master-dtype", "fp16", flag="--master-dtype"),  # AdamW's fp16 moments: 0/0
     bad("--backend", "oat", "--initial-loss-scale", "1000", flag="--initial-loss-scale"),  # DeepSpeed: powers of two
     bad("--learner", "deepspeed", "--initial-loss-scale", "1000", flag="--initial-loss-scale"),
     bad("--learner", "deepspeed", "--loss-scale-growth-factor", "3", flag="--loss-scale-growth-factor"),

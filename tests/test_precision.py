@@ -63,8 +63,8 @@ def test_reasons_record_where_each_side_came_from():
     assert p.reasons[3] == "loss scaling static: --loss-scaling"
 
     assert Precision.from_flags("bf16").reasons[3] == "loss scaling none: bf16 has fp32's exponent range"
-    pure = Precision.from_flags("fp16", master_dtype="fp16")
-    assert pure.reasons[2] == "master fp16: --master-dtype (pure low-precision training)"
+    pure = Precision.from_flags("bf16", master_dtype="bf16")
+    assert pure.reasons[2] == "master bf16: --master-dtype (pure low-precision training)"
     assert pure.describe().splitlines() == [f"  {r}" for r in pure.reasons]
 
 
@@ -144,15 +144,26 @@ def test_master_weights_narrower_than_or_incomparable_with_the_trainer_are_refus
     assert "--master-dtype" in str(e.value) and "--trainer-dtype" in str(e.value)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_master_equal_to_trainer_or_fp32_is_accepted(dtype):
     assert Precision.from_flags(dtype, master_dtype=dtype).master_dtype == TORCH[dtype]
     assert Precision.from_flags(dtype, master_dtype="fp32").master == "fp32"
 
 
+def test_fp16_masters_are_refused_because_adamw_would_divide_by_zero():
+    with pytest.raises(PrecisionError, match="--master-dtype fp16: AdamW"):
+        Precision.from_flags("fp16", master_dtype="fp16")
+    # What the refusal says: AdamW on fp16 weights keeps fp16 moments, and a zero or small gradient gives 0/0 or x/0.
+    weights = torch.nn.Parameter(torch.tensor([1.0, 0.5, 0.25], dtype=torch.float16))
+    adamw = torch.optim.AdamW([weights], lr=1e-6)
+    weights.grad = torch.tensor([1e-4, 1e-5, 0.0], dtype=torch.float16)
+    adamw.step()
+    assert not weights.isfinite().any()
+
+
 def test_deepspeed_refuses_low_precision_masters():
     with pytest.raises(PrecisionError, match="--master-dtype fp32"):
-        Precision.from_flags("fp16", master_dtype="fp16").deepspeed_config()
+        Precision.from_flags("bf16", master_dtype="bf16").deepspeed_config()
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

@@ -102,6 +102,12 @@ class Precision:
                 f"--master-dtype {self.master} cannot hold weights computed in --trainer-dtype {self.trainer}; "
                 "use --master-dtype fp32"
             )
+        if self.master == "fp16":
+            raise PrecisionError(
+                "--master-dtype fp16: AdamW would keep its moments in fp16, where g² of a gradient below ~2e-4 and "
+                "its ε = 1e-8 both round to 0, so the first step divides by zero; use --master-dtype fp32 (fp16 "
+                "compute with fp32 masters, the paper's setting)"
+            )
         ls = self.loss_scaling
         if ls.mode not in ("dynamic", "static", "none"):
             raise PrecisionError(f"--loss-scaling {ls.mode}: must be one of dynamic, static, none")
