@@ -5,11 +5,14 @@
 - ``save_pretrained`` imports DeepSpeed whenever it is installed (accelerate's ``unwrap_model``
   checks for a ``DeepSpeedEngine``), and on a machine without a GPU DeepSpeed's import warns
   "Setting accelerator to CPU", although a built-in run never uses DeepSpeed.
+- peft's ``get_peft_model`` reads transformers' deprecated ``is_gradient_checkpointing``, whose
+  FutureWarning names neither our code nor anything a user can change.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -53,4 +56,12 @@ def no_deepspeed_cpu_notice() -> Iterator[None]:
 def quiet_save() -> Iterator[None]:
     """Around ``save_pretrained``: neither its progress bar nor the DeepSpeed import's CPU notice."""
     with no_transformers_progress_bars(), no_deepspeed_cpu_notice():
+        yield
+
+
+@contextmanager
+def no_peft_deprecation_notice() -> Iterator[None]:
+    """Around ``get_peft_model``: transformers' FutureWarning on ``is_gradient_checkpointing`` is dropped."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing", category=FutureWarning)
         yield

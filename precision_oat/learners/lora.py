@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from precision_oat.args import LoraArgs
 from precision_oat.errors import UserError
+from precision_oat.quiet import no_peft_deprecation_notice
 
 
 def add_lora(model, lora: LoraArgs):
@@ -15,7 +16,8 @@ def add_lora(model, lora: LoraArgs):
     if not targets:
         raise UserError(f"--lora-target-modules {list(lora.lora_target_modules)} match no module of the model")
     config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout, target_modules=targets)
-    return get_peft_model(model, config)
+    with no_peft_deprecation_notice():
+        return get_peft_model(model, config)
 
 
 def hf_name(peft_name: str) -> str:

@@ -55,3 +55,14 @@ def test_with_lora_dropout_a_resume_ends_where_an_uninterrupted_run_ends(tmp_pat
     assert [r["step"] for r in b] == [1, 2, 3]
     for ra, rb in zip(a, b):
         assert (ra["loss/policy"], ra["train/grad_norm"]) == (rb["loss/policy"], rb["train/grad_norm"]), ra["step"]
+
+
+def test_adding_lora_raises_no_deprecation_warning_from_peft():
+    import warnings
+
+    from precision_oat.learners.lora import add_lora
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        add_lora(tiny_model(), make_args(lora_rank=RANK).lora)
+    assert not [w for w in caught if issubclass(w.category, FutureWarning)], [str(w.message) for w in caught]
