@@ -37,6 +37,7 @@ from precision_oat.runs.checkpoint import commit_checkpoint, export_policy, firs
 from precision_oat.runs.folder import STEP_PARTS, summarize_run, write_json
 from precision_oat.runs.log import RunLog
 from precision_oat.runs.mask_watch import MaskWatch
+from precision_oat.runs.overflow_watch import OverflowWatch
 from precision_oat.runs.profile import operator_profile, report_profile
 from precision_oat.runs.signals import StopRequest
 from precision_oat.runs.token_export import export_tokens, token_file
@@ -86,6 +87,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
     if steps == 0:
         return evaluate_only(actor, evaluation, log, run.out)
     watch, masks = AlarmWatch(parse_alarms(logging.mismatch_alarm), run.alarms_inside), MaskWatch()
+    overflows = OverflowWatch(static=run.precision.loss_scaling.mode == "static")
     say(first_checkpoint(run.start_step, steps, logging.save_every, logging.save_every_minutes), flush=True)
     # The signal handlers are the caller's again however the loop ends.
     with StopRequest(world.size) as stop:
@@ -117,7 +119,7 @@ def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: Eval
             if not alarm_stop:
                 for alarm in alarmed:
                     say(f"warning: {alarm_line(alarm, metrics, step + 1)} (once per excursion)", flush=True)
-            for line in masks.check(metrics, step + 1):
+            for line in masks.check(metrics, step + 1) + overflows.check(metrics, step + 1):
                 say(line, flush=True)
             # A signal may reach some ranks only: all of them stop at the same step.
             stopping = world.any(stop.requested is not None) or alarm_stop
