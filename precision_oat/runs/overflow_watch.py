@@ -2,8 +2,8 @@
 
 Under ``--loss-scaling static`` a step whose scaled gradients reach inf/NaN is skipped, as under
 dynamic scaling, but the scale stays: a scale too large for the run's gradients skips every step
-that reaches it, and the run ends with few or none applied. A skipped step begins an excursion, and
-the loop prints one warning for it.
+that reaches it, and the run ends with few or none applied. A skipped step after an applied one (or
+the run's first step, skipped) begins an excursion, and the loop prints one warning for it.
 """
 
 from __future__ import annotations
