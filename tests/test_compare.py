@@ -197,6 +197,34 @@ def test_a_run_whose_mismatch_was_not_finite_is_compared(tmp_path, capsys):
     assert run_stats(group.runs[0], 2)["reward_last"] == 0.5
 
 
+def test_a_metrics_file_without_the_time_is_compared_with_no_step_time(tmp_path):
+    # A NAME.metrics.jsonl written by another tool may hold only the step and the reward: the table leaves s/step out.
+    rows = [{"step": 1, "reward/mean": 0.25}, {"step": 2, "reward/mean": 0.75}]
+    (tmp_path / "grpo-bf16-s0.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = []
+    [group] = compare([tmp_path], plots=False, log=lines.append)
+    assert run_stats(group.runs[0], 2)["s_per_step"] is None
+    [row] = [cells(line) for line in lines[0].splitlines() if line.startswith("| grpo bf16")]
+    assert (row[0], row[-1]) == ("grpo bf16", "–")
+
+
+def test_a_run_whose_name_says_nothing_is_named_by_it_once(tmp_path):
+    (tmp_path / "baseline").mkdir()
+    (tmp_path / "baseline" / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
+    lines = []
+    [group] = compare([tmp_path / "baseline"], plots=False, log=lines.append)
+    assert group.label == "baseline ?"
+
+
+def test_a_metrics_row_without_its_step_fails_in_one_line_naming_the_file(tmp_path):
+    (tmp_path / "grpo-bf16-s0.metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n{"reward/mean": 0.25}\n')
+    done = subprocess.run([sys.executable, "-m", "precision_oat.compare", str(tmp_path), "--no-plots"], cwd=tmp_path,
+                          env=ENV, capture_output=True, text=True)
+    assert done.returncode != 0 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: {tmp_path / 'grpo-bf16-s0.metrics.jsonl'}: a row has no \"step\";")
+
+
 @pytest.mark.parametrize("case", ["empty folder", "missing folder", "run before its first step"])
 def test_a_folder_that_is_not_a_run_fails_in_one_line_naming_it(case, tmp_path):
     folder = tmp_path / "x"

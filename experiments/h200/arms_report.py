@@ -105,7 +105,7 @@ def table(arms: dict[str, list[dict]], threshold: float = 0.9) -> list[str]:
         low, high = s["loss_scale"]
         reward = f"{' '.join(_fmt(s['held_out_reward'].get(e), '.2f') for e in evals)} | " if rewarded else ""
         lines.append(
-            f"| {name} | {s['steps']} | {s['s_per_step']:.1f} | {' '.join(_fmt(s['windows'][w], '.2f') for w in starts)} | "
+            f"| {name} | {s['steps']} | {_fmt(s['s_per_step'], '.1f')} | {' '.join(_fmt(s['windows'][w], '.2f') for w in starts)} | "
             f"{_fmt(s['first_step'], 'd')} | {_fmt(s['best'][0], '.2f')} ({s['best'][1]}) | "
             f"{_fmt(s['abs_logp_diff'], '.1e')} | {_fmt(s['k3'], '.1e')} | "
             f"{_fmt(s['seq_kl'], '.1e')} | {_fmt(s['abs_logp_diff_first_20'], '.1e')} / "

@@ -141,9 +141,13 @@ def find_runs(paths: list[Path]) -> list[RunRecord]:
         for name, file in found.items():
             runs.setdefault(file.resolve(), read_run(name, file))
     for run in runs.values():
+        where = run.path.parent if run.path.name == "metrics.jsonl" else run.path
         if not run.train:
-            raise UserError(f"{run.path.parent if run.path.name == 'metrics.jsonl' else run.path} has no training "
-                            "step logged yet; compare it once its first step is in metrics.jsonl, or leave it out")
+            raise UserError(f"{where} has no training step logged yet; compare it once its first step is in "
+                            "metrics.jsonl, or leave it out")
+        if any("step" not in row for row in run.rows):
+            raise UserError(f"{run.path}: a row has no \"step\"; every row of a metrics file needs the step it "
+                            "belongs to (as precision-oat's runs write it)")
     return list(runs.values())
 
 
@@ -167,6 +171,8 @@ def group_runs(runs: list[RunRecord]) -> list[Group]:
         if len(differs) > LABEL_FLAGS:
             shown.append(f"+{len(differs) - LABEL_FLAGS} flags")
         variant = first.config.get("variant")
+        if variant == first.algo:  # a name that is not ALGO-DTYPE[-REST] names the run alone
+            variant = None
         group.label = " ".join([first.algo, first.dtype, *([variant] if variant else []), *shown])
     for group in ordered:
         if sum(g.label == group.label for g in ordered) > 1:

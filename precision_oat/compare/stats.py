@@ -36,8 +36,11 @@ def mean_of(train: list[dict], key: str, part: slice = slice(None)) -> Optional[
     return mean(values) if values else None
 
 
-def seconds_per_step(train: list[dict]) -> float:
-    """(last − first ``time/elapsed_s``) / (steps − 1): the first step's set-up is left out (one step: its time)."""
+def seconds_per_step(train: list[dict]) -> Optional[float]:
+    """(last − first ``time/elapsed_s``) / (steps − 1): the first step's set-up is left out (one step: its time);
+    None for rows without the time (a metrics file not written by a run of this library)."""
+    if not all("time/elapsed_s" in r for r in (train[0], train[-1])):
+        return None
     if len(train) == 1:
         return train[0]["time/elapsed_s"]
     return (train[-1]["time/elapsed_s"] - train[0]["time/elapsed_s"]) / (len(train) - 1)
