@@ -223,7 +223,7 @@ class AlgorithmArgs(Checked):
 class LoraArgs(Checked):
     """LoRA through peft; the sampler receives merged weights."""
 
-    # LoRA rank; 0 trains all weights.
+    # LoRA rank; 0 trains all weights. At most the narrower side of an adapted layer (B·A can have no higher rank).
     lora_rank: int = 0
     # LoRA scaling numerator (update scale = alpha / rank).
     lora_alpha: float = 16.0

@@ -392,6 +392,7 @@ SET_UP_INPUTS = {
                                     "--actor-class bad_import:X: bad_import failed to import: ModuleNotFoundError at "
                                     "{code}/bad_import.py:2: No module named 'no_such_package_anywhere'"),
     "prompts over --max-prompt-length": (("--max-prompt-length", "3"), "--max-prompt-length 3: "),
+    "LoRA rank above the layers' width": (("--lora-rank", "1000000"), "--lora-rank 1000000: above "),
 }
 
 

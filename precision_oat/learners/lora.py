@@ -11,13 +11,26 @@ def add_lora(model, lora: LoraArgs):
     """``model`` with adapters of rank ``lora.lora_rank`` on the target modules it has."""
     from peft import LoraConfig, get_peft_model
 
+    config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
+                        target_modules=lora_targets(model, lora))
+    with no_peft_deprecation_notice():
+        return get_peft_model(model, config)
+
+
+def lora_targets(model, lora: LoraArgs) -> list[str]:
+    """The names of ``--lora-target-modules`` that ``model`` has; a UserError when it has none, or when the rank
+    is above the narrower side of an adapted layer (checked before a run writes anything)."""
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [m for m in lora.lora_target_modules if m in present]
     if not targets:
         raise UserError(f"--lora-target-modules {list(lora.lora_target_modules)} match no module of the model")
-    config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout, target_modules=targets)
-    with no_peft_deprecation_notice():
-        return get_peft_model(model, config)
+    width, name = min((min(m.in_features, m.out_features), n) for n, m in model.named_modules()
+                      if n.rsplit(".", 1)[-1] in targets and hasattr(m, "in_features"))
+    if lora.lora_rank > width:
+        # B·A has rank ≤ min(in, out) whatever r is: a larger r only adds parameters (and memory).
+        raise UserError(f"--lora-rank {lora.lora_rank}: above {width}, the narrower side of the adapted layer {name}, "
+                        f"where it adds parameters but no capacity; pass at most {width}")
+    return targets
 
 
 def hf_name(peft_name: str) -> str:

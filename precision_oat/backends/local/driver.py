@@ -36,6 +36,7 @@ from precision_oat.errors import LEARNER_MEMORY_FLAGS, UserError, out_of_memory_
 from precision_oat.learners.builtin import PrecisionLearner
 from precision_oat.learners.deepspeed_config import deepspeed_refuses, ensure_process_group
 from precision_oat.learners.learner import compile_layers
+from precision_oat.learners.lora import lora_targets
 from precision_oat.lab.preflight import before_fp16_run
 from precision_oat.models import Policy, load_policy, resolve_device
 from precision_oat.precision.batch_invariance import enable_batch_invariance
@@ -111,6 +112,8 @@ def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
     torch.manual_seed(args.train.seed)
     random.seed(args.train.seed)
     policy = load_policy(args.model)
+    if args.lora.lora_rank:
+        lora_targets(policy.model, args.lora)
     task = build_task(args.task, args.eval, policy.tokenizer)
     task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
     evaluated = task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {}
