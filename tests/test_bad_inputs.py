@@ -393,6 +393,9 @@ SET_UP_INPUTS = {
                                     "{code}/bad_import.py:2: No module named 'no_such_package_anywhere'"),
     "prompts over --max-prompt-length": (("--max-prompt-length", "3"), "--max-prompt-length 3: "),
     "LoRA rank above the layers' width": (("--lora-rank", "1000000"), "--lora-rank 1000000: above "),
+    "LoRA on a block with no weight of its own": (("--lora-rank", "4", "--lora-target-modules", "mlp", "q_proj"),
+                                                  "--lora-target-modules: mlp holds no weight matrix of its own; "
+                                                  "name the layers inside it (this model's: down_proj,"),
 }
 
 

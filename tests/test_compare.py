@@ -211,8 +211,7 @@ def test_a_metrics_file_without_the_time_is_compared_with_no_step_time(tmp_path)
 def test_a_run_whose_name_says_nothing_is_named_by_it_once(tmp_path):
     (tmp_path / "baseline").mkdir()
     (tmp_path / "baseline" / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
-    lines = []
-    [group] = compare([tmp_path / "baseline"], plots=False, log=lines.append)
+    [group] = compare([tmp_path / "baseline"], plots=False, log=lambda _: None)
     assert group.label == "baseline ?"
 
 

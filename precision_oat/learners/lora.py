@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from precision_oat.args import LoraArgs
 from precision_oat.errors import UserError
 from precision_oat.quiet import no_peft_deprecation_notice
@@ -18,19 +20,30 @@ def add_lora(model, lora: LoraArgs):
 
 
 def lora_targets(model, lora: LoraArgs) -> list[str]:
-    """The names of ``--lora-target-modules`` that ``model`` has; a UserError when it has none, or when the rank
-    is above the narrower side of an adapted layer (checked before a run writes anything)."""
+    """The names of ``--lora-target-modules`` that ``model`` has, checked before a run writes anything: each must
+    name weight layers, and the rank must not exceed the narrower side of any of them."""
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [m for m in lora.lora_target_modules if m in present]
     if not targets:
         raise UserError(f"--lora-target-modules {list(lora.lora_target_modules)} match no module of the model")
-    width, name = min((min(m.in_features, m.out_features), n) for n, m in model.named_modules()
-                      if n.rsplit(".", 1)[-1] in targets and hasattr(m, "in_features"))
+    layers = {n: m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in targets}
+    blocks = sorted({n.rsplit(".", 1)[-1] for n, m in layers.items() if _weight_shape(m) is None})
+    if blocks:
+        weighted = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if _weight_shape(m)})
+        raise UserError(f"--lora-target-modules: {', '.join(blocks)} holds no weight matrix of its own; name the "
+                        f"layers inside it (this model's: {', '.join(weighted)})")
+    width, name = min((min(_weight_shape(m)), n) for n, m in layers.items())
     if lora.lora_rank > width:
         # B·A has rank ≤ min(in, out) whatever r is: a larger r only adds parameters (and memory).
         raise UserError(f"--lora-rank {lora.lora_rank}: above {width}, the narrower side of the adapted layer {name}, "
                         f"where it adds parameters but no capacity; pass at most {width}")
     return targets
+
+
+def _weight_shape(module):
+    """The shape of a module's own 2-D weight (a linear or embedding layer), or None."""
+    weight = getattr(module, "weight", None)
+    return tuple(weight.shape) if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
 
 
 def hf_name(peft_name: str) -> str:
