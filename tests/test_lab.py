@@ -199,6 +199,17 @@ def test_an_output_dir_where_a_file_stands_is_refused_in_one_line_before_the_mod
     assert taken.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("command", ["precision_oat.lab", "precision_oat.lab.preflight"])
+def test_an_output_dir_that_cannot_be_made_is_one_line(command, embedded_policy_dir):
+    # Before: the mkdir's FileNotFoundError as a traceback, after the model had loaded.
+    run = subprocess.run([sys.executable, "-m", command, "--model", str(embedded_policy_dir), "--device", "cpu",
+                          "--num-prompts", "1", "--output-dir", "/proc/self/lab"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 1 and run.stderr.strip().splitlines() == [
+        "error: --output-dir /proc/self/lab: cannot be created or written (FileNotFoundError: No such file or "
+        "directory); pass a folder in a place you can write"], run.stderr
+
+
 def test_lab_rescores_with_a_deepspeed_trainer_and_measures_the_trainer_against_itself(embedded_policy_dir, tmp_path):
     args = LabArgs(model=str(embedded_policy_dir), trainer="deepspeed", dtypes=("bf16", "fp32"), num_prompts=8,
                    num_samples=2, max_new_tokens=6, micro_batch_size=8, device="cpu", plots=False, output_dir=tmp_path)

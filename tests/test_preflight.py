@@ -227,3 +227,11 @@ def test_an_overflowing_gradient_is_explained_not_refused():
     note = overflow_note({"overflow": 3, "loss_scale": 65536.0})
     assert "3 gradient values overflow at loss scale 65536" in note
     assert "would be skipped" in note and "train/skipped_steps" in note
+
+
+def test_a_negative_response_length_is_refused_in_one_line(tmp_path):
+    # 0 measures the prompts alone; before, -1 did the same without a word.
+    with pytest.raises(SystemExit) as e:
+        cli(["--response-tokens", "-1", "--device", "cpu", "--output-dir", str(tmp_path / "out")])
+    assert str(e.value.code) == "error: --response-tokens -1: must be an integer ≥ 0"
+    assert not (tmp_path / "out").exists()

@@ -265,6 +265,7 @@ def run_lab(args: LabArgs, log=print) -> dict:
     """Measure every dtype of ``args``; write mismatch.json (and figures); return its content."""
     from precision_oat.args import ModelArgs
     from precision_oat.models import load_policy, resolve_device
+    from precision_oat.runs.folder import make_output_dir
 
     check_lab_args(args)
     device = resolve_device(args.device)
@@ -272,8 +273,7 @@ def run_lab(args: LabArgs, log=print) -> dict:
         from precision_oat.precision.batch_invariance import enable_batch_invariance
 
         enable_batch_invariance()
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir(Path(args.output_dir))
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file,
                                    attn_implementation=args.attn_implementation), log)
     prompts = load_prompts(args, policy.tokenizer)

@@ -31,6 +31,20 @@ SUMMARY_KEYS = ["mismatch/abs_logp_diff_mean", "mismatch/seq_logratio_std", "mis
 STEP_PARTS = ("sample", "score", "update", "sync", "reward", "save", "log", "other")
 
 
+def make_output_dir(out: Path) -> Path:
+    """``out``, made when missing; one line naming ``--output-dir`` where it cannot be."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise cannot_write(out, e) from None
+    return out
+
+
+def cannot_write(out: Path, error: OSError) -> UserError:
+    return UserError(f"--output-dir {out}: cannot be created or written ({type(error).__name__}: "
+                     f"{error.strerror or error}); pass a folder in a place you can write")
+
+
 def output_dir_for(output_dir: Optional[str], algo: str, dtype: str) -> Path:
     """``--output-dir``, or a new folder runs/ALGO-DTYPE-TIME."""
     if output_dir is not None:

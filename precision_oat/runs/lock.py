@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from precision_oat.errors import UserError
+from precision_oat.runs.folder import cannot_write, make_output_dir
 
 LOCK_FILE = "run.lock"
 
@@ -23,12 +24,11 @@ class RunLock:
     def __init__(self, folder: Path):
         self._fd: Optional[int] = None
         self.path = folder / LOCK_FILE
+        make_output_dir(folder)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise UserError(f"--output-dir {folder}: cannot be created or written ({type(e).__name__}: "
-                            f"{e.strerror or e}); pass a folder in a place you can write") from None
+            raise cannot_write(folder, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -14,6 +14,7 @@ from precision_oat.errors import UserError
 from precision_oat.lab.preflight import DEFAULT_MARGIN, check, format_report, run_preflight
 from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.policy import LossScaling
+from precision_oat.runs.folder import make_output_dir
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 
 
@@ -41,6 +42,7 @@ def preflight_from_args(args: PreflightArgs, log=print) -> dict:
     from precision_oat.models import load_policy, resolve_device
 
     check_prompt_source(args)
+    checks.integer(args, "response_tokens", 0)
     checks.folder(args, "output_dir")
     device = resolve_device(args.device)
     policy = load_policy(ModelArgs(model=args.model, gguf_file=args.gguf_file), log)
@@ -52,8 +54,7 @@ def preflight_from_args(args: PreflightArgs, log=print) -> dict:
                                seed=0) if args.response_tokens > 0 else None
     report = run_preflight(policy.model, prompt_ids, initial_loss_scale=args.initial_loss_scale, device=device,
                            micro_batch_size=args.micro_batch_size, responses=responses)
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir(Path(args.output_dir))
     (out / "preflight.json").write_text(json.dumps(report, indent=2, allow_nan=False))
     log(format_report(report))
     log(f"wrote {out / 'preflight.json'}")
