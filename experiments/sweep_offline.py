@@ -33,6 +33,37 @@ from precision_oat.presets import parse_args
 from precision_oat.runs.log import read_metrics
 
 
+def read_sweep(path: Path) -> dict:
+    """The sweep file at ``path``, checked for what the offline runner needs; a UserError naming the file and the
+    fix where it falls short."""
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise UserError(f"{path} {what}; give a sweep file, e.g. experiments/sweep_cpu_2x2.yaml")
+    try:
+        sweep = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}: not valid YAML{where} ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(sweep, dict):
+        raise UserError(f"{path}: holds no sweep (a mapping with method, command and parameters)")
+    if sweep.get("method") != "grid":
+        raise UserError(f"{path}: method {sweep.get('method')!r}; only grid sweeps can be run offline")
+    command = sweep.get("command")
+    if not isinstance(command, list) or "${args}" not in command or not any(
+            command[i:i + 2] == ["-m", "precision_oat.main"] for i in range(len(command))):
+        raise UserError(f"{path}: its command list must run -m precision_oat.main with ${{args}} "
+                        "(see experiments/sweep_cpu_2x2.yaml)")
+    parameters = sweep.get("parameters")
+    if not isinstance(parameters, dict) or not parameters:
+        raise UserError(f"{path}: no parameters to sweep; give each flag a values list (or one value)")
+    for name, spec in parameters.items():
+        values = spec.get("values") if isinstance(spec, dict) else None
+        if not (isinstance(values, list) and values) and not (isinstance(spec, dict) and "value" in spec):
+            raise UserError(f"{path}: parameter {name} needs a non-empty values list, or one value")
+    return sweep
+
+
 def grid(parameters: dict) -> list[dict]:
     """Every combination of the parameters' ``values`` (a ``value`` is a one-element axis)."""
     names = list(parameters)
@@ -42,8 +73,6 @@ def grid(parameters: dict) -> list[dict]:
 
 def command_lines(sweep: dict, interpreter: str = "python") -> list[list[str]]:
     """The argv of every run of a grid sweep, in grid order."""
-    if sweep.get("method") != "grid":
-        raise ValueError(f"only grid sweeps can be expanded offline, got method {sweep.get('method')!r}")
     macros = {"${env}": ["/usr/bin/env"], "${interpreter}": [interpreter], "${program}": [sweep.get("program", "")]}
     out = []
     for point in grid(sweep["parameters"]):
@@ -102,9 +131,10 @@ def command_line() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     opts, extra = command_line().parse_known_args(argv)
-    sweep = yaml.safe_load(opts.sweep.read_text())
-    root = opts.output_root or Path("runs") / f"{sweep.get('name', opts.sweep.stem)}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
+        sweep = read_sweep(opts.sweep)
+        name = sweep.get("name", opts.sweep.stem)
+        root = opts.output_root or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
         runs = runs_of(sweep, root, extra, sys.executable)
     except UserError as e:
         sys.exit(f"error: {e}")

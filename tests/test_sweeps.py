@@ -212,3 +212,31 @@ def test_a_sweep_of_evaluations_alone_ends_without_a_comparison(embedded_policy_
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert all((root / name / "summary.json").is_file() for name in ("pg-fp16", "pg-bf16", "grpo-fp16", "grpo-bf16"))
     assert "comparison" not in done.stdout and not (root / "comparison.md").exists()
+
+
+GOOD_COMMAND = "command:\n  - ${env}\n  - ${interpreter}\n  - -m\n  - precision_oat.main\n  - ${args}\n"
+
+
+@pytest.mark.parametrize("text, error", [
+    (None, "does not exist; give a sweep file, e.g. experiments/sweep_cpu_2x2.yaml"),
+    ("method: grid\nparameters:\n  algo:\n    values: [pg\n", ": not valid YAML at line 5 (expected ',' or ']'"),
+    ("", ": holds no sweep (a mapping with method, command and parameters)"),
+    ("method: bayes\n" + GOOD_COMMAND + "parameters:\n  algo:\n    values: [pg]\n",
+     ": method 'bayes'; only grid sweeps can be run offline"),
+    ("method: grid\nparameters:\n  algo:\n    values: [pg]\n",
+     ": its command list must run -m precision_oat.main with ${args}"),
+    ("method: grid\n" + GOOD_COMMAND, ": no parameters to sweep;"),
+    ("method: grid\n" + GOOD_COMMAND + "parameters:\n  algo:\n    values: []\n",
+     ": parameter algo needs a non-empty values list, or one value"),
+])
+def test_a_sweep_file_the_runner_cannot_take_is_one_line(text, error, tmp_path):
+    # Before: a FileNotFoundError, yaml's ScannerError, a TypeError or a KeyError, each as a traceback.
+    sweep = tmp_path / "sweep.yaml"
+    if text is not None:
+        sweep.write_text(text)
+    done = subprocess.run([sys.executable, "experiments/sweep_offline.py", str(sweep), "--output-root",
+                           str(tmp_path / "root")], cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: {sweep}") and error in line, line
+    assert not (tmp_path / "root").exists()
