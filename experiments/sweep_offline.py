@@ -58,8 +58,7 @@ def read_sweep(path: Path) -> dict:
     if not isinstance(parameters, dict) or not parameters:
         raise UserError(f"{path}: no parameters to sweep; give each flag a values list (or one value)")
     for name, spec in parameters.items():
-        values = spec.get("values") if isinstance(spec, dict) else None
-        if not (isinstance(values, list) and values) and not (isinstance(spec, dict) and "value" in spec):
+        if not (isinstance(spec, dict) and ("value" in spec or isinstance(spec.get("values"), list) and spec["values"])):
             raise UserError(f"{path}: parameter {name} needs a non-empty values list, or one value")
     return sweep
 
