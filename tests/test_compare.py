@@ -165,6 +165,16 @@ def test_the_figures_are_pngs_of_each_groups_mean_curve(root, tmp_path):
                            pytest.approx([max(p) for p in zip(*trailing)], abs=1e-12))
 
 
+def test_a_title_wider_than_the_figure_widens_the_image_rather_than_being_cut(root, tmp_path):
+    def widths(title: str, prefix: str) -> list[int]:
+        compare([root], figures=tmp_path / prefix, title=title, log=lambda line: None)
+        return [struct.unpack(">II", (tmp_path / f"{prefix}_{kind}.png").read_bytes()[16:24])[0]
+                for kind in ("reward", "mismatch")]
+
+    short, long = widths("runs", "short"), widths("a title far longer than any figure is wide " * 4, "long")
+    assert all(wide > narrow for wide, narrow in zip(long, short)), (short, long)
+
+
 def test_the_command_prints_the_table_and_writes_it_as_markdown(root, tmp_path):
     done = subprocess.run([sys.executable, "-m", "precision_oat.compare", str(root), "--no-plots", "--markdown",
                            str(tmp_path / "table.md")], cwd=tmp_path, env=ENV, capture_output=True, text=True)

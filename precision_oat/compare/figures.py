@@ -100,7 +100,7 @@ def draw(groups: list[Group], prefix: Path, title: str = "", smooth: int = WINDO
     ax.set(xlabel="RL step", ylabel=f"training reward {ylabel}", xlim=(0, longest + 1), title=title)
     ax.legend(fontsize=7.5, loc="lower right", ncol=2)
     fig.tight_layout()
-    fig.savefig(written[0], dpi=110)
+    fig.savefig(written[0], dpi=110, bbox_inches="tight")  # a long title or legend widens the image, not cut
     plt.close(fig)
 
     fig, axes = plt.subplots(1, len(MISMATCH), figsize=(12, 5.2))
@@ -108,9 +108,10 @@ def draw(groups: list[Group], prefix: Path, title: str = "", smooth: int = WINDO
         plot(ax, key)
         ax.set(yscale="log", xlabel="RL step", ylabel=f"{label} {ylabel}", xlim=(0, longest + 1),
                title=f"{label} per rollout")
-    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=min(5, len(groups)))
+    columns = min(3, len(groups))
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=columns)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.savefig(written[1], dpi=110)
+    fig.tight_layout(rect=(0, 0.035 * -(-len(groups) // columns), 1, 1))
+    fig.savefig(written[1], dpi=110, bbox_inches="tight")
     plt.close(fig)
     return written
