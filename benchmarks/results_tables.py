@@ -492,7 +492,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2"),
                            ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last", "reward_150")),
     "algorithms-long": arms_table(("h200_round8", "h200_round9", "h200_atlas_rl_3", "h200_atlas_rl_4",
-                                   "h200_atlas_rl_5", "h200_atlas_rl_6"),
+                                   "h200_atlas_rl_5", "h200_atlas_rl_6", "h200_atlas_rl_7"),
                                   ("steps", "first", "best", "windows", "logp", "k3", "first_last", "reward_150")),
     "launcher": launcher_table,
     "two-gpus": lambda: script("experiments/h200/two_gpus_report.py").agree_table(RESULTS / "h200_two_gpus"),
