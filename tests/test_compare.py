@@ -253,6 +253,19 @@ def test_a_folder_that_is_not_a_run_fails_in_one_line_naming_it(case, tmp_path):
     assert line.startswith(f"error: {folder} {expected}")
 
 
+@pytest.mark.parametrize("flag", ["--markdown", "--csv", "--figures"])
+def test_an_output_path_that_cannot_be_written_fails_in_one_line_naming_its_flag(flag, root, tmp_path):
+    (tmp_path / "a file").write_text("kept")
+    target = tmp_path / "a file" / "out"  # its folder would have to replace a file
+    plots = [] if flag == "--figures" else ["--no-plots"]
+    done = subprocess.run([sys.executable, "-m", "precision_oat.compare", str(root), flag, str(target), *plots],
+                          cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert done.returncode != 0
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: {flag} {target}: cannot be written (")
+    assert (tmp_path / "a file").read_text() == "kept"
+
+
 def test_every_flag_has_its_own_help():
     text = _render_help(lambda: tyro.cli(CompareArgs, args=["--help"], prog="python -m precision_oat.compare"))
     flags = parse_help(text)

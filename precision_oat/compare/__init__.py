@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -30,14 +31,29 @@ def compare(paths: list[Path], *, window: int = WINDOW, plots: bool = True, figu
     width = window_width([r for g in groups for r in g.runs], window)
     table = "\n".join(markdown(groups, width, window))
     log(table)
-    for path, text in ((markdown_file, table + "\n"), (csv_file, csv_text(groups, width))):
+    for flag, path, text in (("--markdown", markdown_file, table + "\n"), ("--csv", csv_file, csv_text(groups, width))):
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            with writing(flag, path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
             log(f"wrote {path}")
     if plots:
         from precision_oat.compare.figures import draw
 
-        for path in draw(groups, figures, title, smooth=width):
+        with writing("--figures", figures):
+            written = draw(groups, figures, title, smooth=width)
+        for path in written:
             log(f"wrote {path}")
     return groups
+
+
+@contextmanager
+def writing(flag: str, path: Path):
+    """One line naming ``flag`` when its file cannot be written (a folder that cannot be made, no permission)."""
+    from precision_oat.errors import UserError
+
+    try:
+        yield
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot be written ({type(e).__name__}: {e.strerror or e}); "
+                        "pass a path in a place you can write") from None
