@@ -310,7 +310,7 @@ def test_a_named_set_runs_its_arms_at_the_long_setting_under_names_the_report_re
         arm, args = argv[argv.index("--output-dir") + 1].rsplit("/", 1)[-1], parse(argv)
         assert NAME.fullmatch(arm)["algo"] == args.algorithm.algo
         assert (args.rollout.max_new_tokens, args.train.learning_rate) == (1280, 3e-5)  # EXTRA over the setting
-        assert args.train.steps == 150
+        assert args.train.steps == 150 and args.log.probe_dtypes == ()  # no probe after the last step
         found[arm] = (args.precision.dtype, args.precision.sampler_dtype or "same", args.precision.lm_head_dtype)
     assert found == arms
 

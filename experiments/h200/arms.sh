@@ -43,8 +43,10 @@
 set -uo pipefail
 HF=${HF:?set HF to the SmolLM2 HF folder}
 RUNS=${RUNS:?set RUNS to a results folder}
+# No end-of-run mismatch probe (--probe-dtypes with none): the report reads none, and with answers this long its
+# built-in sampler takes ~3 minutes of the window after the last step.
 LONG="--count-lengths 250 290 --max-new-tokens 1280 --max-prompt-length 1536 --learning-rate 5e-5 --vllm-kv-cache-gb 16
-      --eval-temperature 1"
+      --eval-temperature 1 --probe-dtypes"
 FP8="--sampler-dtype fp8"
 S=${SEED:-0}
 L=long$([ "$S" = 0 ] || echo "-s$S")  # a set's arms end -long at seed 0, -long-sN at seed N (one curve per arm)
