@@ -750,11 +750,14 @@ def _check_sampler_precision(args: Args) -> None:
     """What the sampler's precision choices need: top-p only where the trainer sees the kept tokens, fp8 and
     batch-invariant kernels only on vLLM on CUDA."""
     p = args.precision
-    vllm = args.backend == "oat" or args.rollout.sampler == "vllm"
-    where = "--backend oat" if args.backend == "oat" else "--sampler vllm"
-    if vllm and args.rollout.top_p < 1:
+    if args.rollout.top_p < 1 and args.backend == "oat":
         reject("top_p", args.rollout.top_p,
-               f"with {where} the trainer cannot score under vLLM's top-p truncation (vLLM does not report the "
+               "with --backend oat the trainer scores the full softmax, not the tokens top-p kept, so every ratio "
+               "would be biased; use --top-p 1, or --backend local, whose trainer scores the kept tokens "
+               "(--eval-top-p stays free)")
+    if args.rollout.top_p < 1 and args.rollout.sampler == "vllm":
+        reject("top_p", args.rollout.top_p,
+               "with --sampler vllm the trainer cannot score under vLLM's top-p truncation (vLLM does not report the "
                "tokens it kept), so every ratio would be biased; use --top-p 1 or --sampler builtin "
                "(--eval-top-p stays free)")
     for flag, chosen in (("--sampler-dtype fp8", p.sampler_dtype == "fp8"), ("--batch-invariant", p.batch_invariant)):

@@ -225,6 +225,17 @@ def test_bad_input_is_refused_in_one_line_naming_the_flag(row, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("engine, fix, not_a_fix", [
+    (("--backend", "oat"), "--backend local", "--sampler builtin"),  # Oat's trainer drops kept sets with any sampler
+    (("--sampler", "vllm"), "--sampler builtin", "--backend local"),
+])
+def test_a_refused_top_p_is_told_a_fix_its_engine_can_take(engine, fix, not_a_fix, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(command(bad("--top-p", "0.9", *engine), tmp_path))
+    message = str(exit_info.value.code)
+    assert message.startswith("error: --top-p 0.9") and fix in message and not_a_fix not in message, message
+
+
 def test_the_table_covers_forty_inputs_and_every_args_group():
     assert len(BAD_INPUTS) >= 40
     flags = {row.flag for row in BAD_INPUTS}
