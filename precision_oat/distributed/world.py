@@ -229,7 +229,8 @@ def check_layout(world: World, learner: str, prompts_per_step: int, num_samples:
     rollout = prompts_per_step * num_samples
     if train_batch_size is not None and rollout % train_batch_size:
         raise UserError(f"--train-batch-size {train_batch_size} must divide the rollout's {rollout} responses "
-                        f"with {world.size} processes (every rank steps together)")
+                        f"with {world.size} processes (every rank steps together); use a divisor of {rollout} that "
+                        f"is a multiple of {world.size}, or leave it unset")
     for name, examples in eval_sets.items():
         if len(examples) % world.size:
             raise UserError(f"evaluation set {name!r} has {len(examples)} questions, not a multiple of "

@@ -324,7 +324,8 @@ def test_layout_checks_name_the_flag():
         check_layout(two, "builtin", 8, 4, None, {})
     with pytest.raises(UserError, match="--train-batch-size 3 does not split over 2 processes"):
         check_layout(two, "deepspeed", 8, 4, 3, {})
-    with pytest.raises(UserError, match="--train-batch-size 12 must divide the rollout's 32 responses"):
+    with pytest.raises(UserError, match="--train-batch-size 12 must divide the rollout.s 32 responses .*; "
+                                        "use a divisor of 32 that is a multiple of 2"):
         check_layout(two, "deepspeed", 8, 4, 12, {})
     with pytest.raises(UserError, match="evaluation set 'eval' has 9 questions"):
         check_layout(two, "deepspeed", 8, 4, None, {"eval": list(range(9))})

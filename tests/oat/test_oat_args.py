@@ -80,6 +80,8 @@ def test_gpu_layouts(oat_args):
         (("--dtype", "fp16"), 0, "DeepSpeed refuses fp16 without a GPU"),
         (("--dtype", "fp32", "--gpus", "2", "--collocate", "True"), 0, "without CUDA the Oat backend runs one learner"),
         (("--prompts-per-step", "3", "--dtype", "bf16"), 4, "multiple of the 2 learners"),
+        (("--micro-batch-size", "3", "--prompts-per-step", "2", "--num-samples", "2", "--dtype", "bf16"), 0,
+         "--micro-batch-size 3 must divide the 4 responses per learner step; use 2, or another divisor of 4"),
     ],
 )
 def test_refusals_name_the_flags(oat_args, flags, cuda_devices, message):
