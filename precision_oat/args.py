@@ -679,6 +679,10 @@ def _refuse_for_oat(args: Args) -> None:
     if args.lora.lora_rank and args.lora.lora_alpha != int(args.lora.lora_alpha):
         reject("lora_alpha", args.lora.lora_alpha, "must be a whole number with --backend oat (Oat's LoRA alpha is an "
                "integer); round it, or use --backend local")
+    if args.lora.lora_rank and t.zero_stage == 3:
+        raise UserError("--lora-rank with --zero-stage 3 and --backend oat: Oat's weight sync merges the adapters into "
+                        "a state dict whose ZeRO-3 shards it never gathers, so it fails at the first sync; use "
+                        "--zero-stage 2 or lower, or --backend local")
     p = args.precision
     for flag, chosen in (("--sampler-dtype fp8", p.sampler_dtype == "fp8"), ("--batch-invariant", p.batch_invariant),
                          ("--lm-head-dtype fp32", p.lm_head_dtype == "fp32")):

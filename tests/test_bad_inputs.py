@@ -113,6 +113,8 @@ BAD_INPUTS: list[Bad] = [
     bad(flag="--lm-head-dtype", preset="lm_head_dtype: fp16\n"),
     bad("--backend", "oat", "--lm-head-dtype", "fp32", flag="--lm-head-dtype"),  # Oat builds its own engines
     bad("--backend", "oat", "--lora-rank", "4", "--lora-alpha", "2.5", flag="--lora-alpha"),  # Oat's alpha is an int
+    # Oat's LoRA sync merges into a state dict that ZeRO-3 leaves sharded (AttributeError ds_shape at the first sync)
+    bad("--backend", "oat", "--lora-rank", "4", "--zero-stage", "3", flag="--zero-stage"),
     # Oat's vLLM loads the trainer's dtype only; Oat broadcasts compute weights, so a bf16 trainer's fp16 sampler would
     # hold round_fp16(round_bf16(master)).
     bad("--backend", "oat", "--sampler", "vllm", "--dtype", "bf16", "--sampler-dtype", "fp16", flag="--sampler-dtype"),
