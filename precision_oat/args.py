@@ -689,6 +689,10 @@ def _refuse_for_oat(args: Args) -> None:
         if chosen:
             raise UserError(f"{flag} works with --backend local only: Oat builds its own vLLM engines and learner")
     precision = p.build()
+    if t.zero_stage == 0 and precision.trainer == "bf16":
+        raise UserError("--zero-stage 0 with a bf16 trainer and --backend oat: the DeepSpeed of Oat's stack (0.16.8) "
+                        "asserts a non-zero gradient at ZeRO-0 in bf16, and a step whose every group scored alike has "
+                        "none, which ends the run; use --zero-stage 1 or higher, or --backend local")
     if r.sampler == "vllm" and precision.sampler != precision.trainer:
         raise UserError(
             "--sampler vllm with --backend oat: Oat broadcasts the trainer's compute weights and its vLLM worker "

@@ -115,6 +115,8 @@ BAD_INPUTS: list[Bad] = [
     bad("--backend", "oat", "--lora-rank", "4", "--lora-alpha", "2.5", flag="--lora-alpha"),  # Oat's alpha is an int
     # Oat's LoRA sync merges into a state dict that ZeRO-3 leaves sharded (AttributeError ds_shape at the first sync)
     bad("--backend", "oat", "--lora-rank", "4", "--zero-stage", "3", flag="--zero-stage"),
+    # DeepSpeed 0.16.8's BF16_Optimizer asserts a non-zero gradient norm; a step of equal rewards has a zero gradient
+    bad("--backend", "oat", "--dtype", "bf16", "--zero-stage", "0", flag="--zero-stage"),
     # Oat's vLLM loads the trainer's dtype only; Oat broadcasts compute weights, so a bf16 trainer's fp16 sampler would
     # hold round_fp16(round_bf16(master)).
     bad("--backend", "oat", "--sampler", "vllm", "--dtype", "bf16", "--sampler-dtype", "fp16", flag="--sampler-dtype"),
