@@ -4,7 +4,7 @@ Shared by the local DeepSpeed learner and Oat's learner, so both report the same
 way: the gradient norm (DeepSpeed's, or ours where plain fp32 ZeRO-0 reports none), whether the
 fp16 loss scaler skipped the step, the loss scale (1 unless the trainer computes in fp16), and
 the fp32 masters this process steps, for the inf/NaN guard; and, for scoring, how often every rank
-calls the output projection when ZeRO-3 gathers its weight. A class using it names its engine
+calls the output projection when ZeRO-3 gathers its weight, and whether the backward may project again. A class using it names its engine
 (:attr:`deepspeed_engine`) and may route the step through its owner (:meth:`step_engine`).
 """
 
@@ -35,6 +35,14 @@ class DeepSpeedHooks:
         most = torch.tensor([chunks], device=engine.device)
         torch.distributed.all_reduce(most, torch.distributed.ReduceOp.MAX, group=engine.data_parallel_group)
         return int(most)
+
+    @property
+    def recompute_head(self) -> bool:
+        """False for a frozen output projection under ZeRO-3 (LoRA's): a chunk recomputed inside the backward
+        finds the frozen weight still a shard there (torch's CheckpointError), so every chunk's logits are kept."""
+        engine = self.deepspeed_engine
+        head = engine.module.get_output_embeddings()
+        return engine.zero_optimization_stage() != 3 or all(p.requires_grad for p in head.parameters())
 
     def optimizer_step(self) -> tuple[float, bool]:
         engine = self.deepspeed_engine

@@ -58,12 +58,19 @@ class Learner(RLStep):
                          response_mask=None) -> torch.Tensor:
         s = self.settings
         return token_logprobs(self.forward_module, input_ids, attention_mask, s.rollout.temperature, truncation,
-                              response_mask, s.train.logprob_chunk_size, s.model.compile_layers, self.head_calls)
+                              response_mask, s.train.logprob_chunk_size, s.model.compile_layers, self.head_calls,
+                              self.recompute_head)
 
     def head_calls(self, chunks: int) -> int:
         """How many calls of the output projection a scoring pass of ``chunks`` chunks makes (see
         :func:`~precision_oat.rl.scoring.hidden_logprobs`): one a chunk, unless the weights are gathered."""
         return chunks
+
+    @property
+    def recompute_head(self) -> bool:
+        """Whether the backward may run the output projection again, chunk by chunk, rather than keep every
+        chunk's logits (:func:`~precision_oat.rl.scoring.hidden_logprobs`)."""
+        return True
 
     @property
     def forward_module(self) -> torch.nn.Module:

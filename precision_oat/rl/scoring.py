@@ -184,15 +184,15 @@ def _kept_only(probs: torch.Tensor, counts: torch.Tensor, kept_ids: torch.Tensor
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
                    truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
                    chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False,
-                   head_calls: Optional[Callable[[int], int]] = None) -> torch.Tensor:
+                   head_calls: Optional[Callable[[int], int]] = None, recompute_head: bool = True) -> torch.Tensor:
     """log π(y_t | y_<t) of every next token where ``response_mask`` is set (0 elsewhere), [B, L-1],
     with the gradient if enabled.
 
     ``model`` is an HF causal LM, or a wrapper of one that keeps it as ``.module`` (a DeepSpeed
     engine). Its body runs once; its output projection runs in chunks (:func:`hidden_logprobs`).
     A model that transforms its logits after the projection (a soft cap, a scale) is scored from
-    its full logits instead. ``compiled``: see :func:`logits_logprobs`; ``head_calls``: see
-    :func:`hidden_logprobs`.
+    its full logits instead. ``compiled``: see :func:`logits_logprobs`; ``head_calls`` and
+    ``recompute_head``: see :func:`hidden_logprobs`.
     """
     causal_lm = getattr(model, "module", model)
     body = causal_lm.get_decoder()
@@ -200,7 +200,7 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return causal_lm_logprobs(
         causal_lm, lambda: body(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state,
         lambda: model(input_ids=input_ids, attention_mask=mask).logits,
-        input_ids, temperature, truncation, response_mask, chunk_size, compiled, head_calls)
+        input_ids, temperature, truncation, response_mask, chunk_size, compiled, head_calls, recompute_head)
 
 
 def padding_mask(attention_mask: torch.Tensor) -> Optional[torch.Tensor]:
@@ -217,13 +217,14 @@ def padding_mask(attention_mask: torch.Tensor) -> Optional[torch.Tensor]:
 def causal_lm_logprobs(causal_lm, hidden_states: Callable[[], torch.Tensor], logits: Callable[[], torch.Tensor],
                        input_ids: torch.Tensor, temperature: float, truncation: Optional[Truncation] = None,
                        response_mask: Optional[torch.Tensor] = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                       compiled: bool = False, head_calls: Optional[Callable[[int], int]] = None) -> torch.Tensor:
+                       compiled: bool = False, head_calls: Optional[Callable[[int], int]] = None,
+                       recompute_head: bool = True) -> torch.Tensor:
     """:func:`token_logprobs` for a caller that runs the forward its own way: ``hidden_states()`` runs the
     body of the HF causal LM ``causal_lm``, ``logits()`` the whole model, and only one of them is called
     (the whole model where its logits are more than the projection of the last hidden state)."""
     if projects_plainly(causal_lm.config):
         return hidden_logprobs(hidden_states(), causal_lm.get_output_embeddings(), input_ids, temperature, truncation,
-                               response_mask, chunk_size, compiled, head_calls)
+                               response_mask, chunk_size, compiled, head_calls, recompute_head)
     return logits_logprobs(logits(), input_ids, temperature, truncation, response_mask, chunk_size, compiled)
 
 
@@ -236,13 +237,14 @@ def projects_plainly(config) -> bool:
 def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torch.Tensor, temperature: float,
                     truncation: Optional[Truncation] = None, response_mask: Optional[torch.Tensor] = None,
                     chunk_size: int = DEFAULT_CHUNK_SIZE, compiled: bool = False,
-                    head_calls: Optional[Callable[[int], int]] = None) -> torch.Tensor:
+                    head_calls: Optional[Callable[[int], int]] = None, recompute_head: bool = True) -> torch.Tensor:
     """log softmax(head(hidden) / T) at each next token, in fp32, shape [B, L-1], as :func:`logits_logprobs`
     gives it from the full logits, but with ``head`` applied ``chunk_size`` scored positions at a time.
 
     With the gradient on and more than one chunk, each chunk is checkpointed: its logits are dropped
     after the forward and made again in the backward, so no tensor of any dtype holds more than
-    ``chunk_size`` rows of the vocabulary. ``head`` is called as a module, so that its hooks (ZeRO-3's
+    ``chunk_size`` rows of the vocabulary; ``recompute_head=False`` keeps every chunk's logits instead, for a
+    learner whose engine cannot run the head again inside the backward. ``head`` is called as a module, so that its hooks (ZeRO-3's
     gathering) run each time. Under ZeRO-3 over several ranks each call gathers the head's weight with
     every rank, so every rank must call it as often: ``head_calls(chunks)`` is the number of calls every
     rank makes, given this rank's number of chunks (the most of any rank); calls past this rank's chunks
@@ -260,7 +262,7 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
         nothing = (slice(0, 0), None if kept_ids is None else kept_ids[:0])
         chunks += [nothing] * (head_calls(len(chunks)) - len(chunks))
     # Scoring without the gradient (π_old) has nothing to recompute, and one chunk's logits may as well be kept.
-    recompute = torch.is_grad_enabled() and len(chunks) > 1
+    recompute = recompute_head and torch.is_grad_enabled() and len(chunks) > 1
     pieces = []
     for chunk, kept in chunks:
         args = (head, states[chunk], targets[chunk], temperature, None if counts is None else counts[chunk], kept,

@@ -147,7 +147,8 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
         return causal_lm_logprobs(self.deepspeed_engine.module,
                                   lambda: forward(without_logits=True)["last_hidden_state"], lambda: forward()["logits"],
                                   input_ids, self.settings.rollout.temperature, truncation, response_mask,
-                                  self.settings.train.logprob_chunk_size, head_calls=self.head_calls)
+                                  self.settings.train.logprob_chunk_size, head_calls=self.head_calls,
+                                  recompute_head=self.recompute_head)
 
     def set_train(self, mode: bool) -> None:
         self.model.train(mode)
