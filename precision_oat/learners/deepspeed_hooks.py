@@ -4,8 +4,9 @@ Shared by the local DeepSpeed learner and Oat's learner, so both report the same
 way: the gradient norm (DeepSpeed's, or ours where plain fp32 ZeRO-0 reports none), whether the
 fp16 loss scaler skipped the step, the loss scale (1 unless the trainer computes in fp16), and
 the fp32 masters this process steps, for the inf/NaN guard; and, for scoring, how often every rank
-calls the output projection when ZeRO-3 gathers its weight, and whether the backward may project again. A class using it names its engine
-(:attr:`deepspeed_engine`) and may route the step through its owner (:meth:`step_engine`).
+calls the output projection when ZeRO-3 gathers its weight, and whether the backward may call it
+again. A class using it names its engine (:attr:`deepspeed_engine`) and may route the step through
+its owner (:meth:`step_engine`).
 """
 
 from __future__ import annotations

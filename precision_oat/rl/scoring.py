@@ -241,14 +241,13 @@ def hidden_logprobs(hidden: torch.Tensor, head: torch.nn.Module, input_ids: torc
     """log softmax(head(hidden) / T) at each next token, in fp32, shape [B, L-1], as :func:`logits_logprobs`
     gives it from the full logits, but with ``head`` applied ``chunk_size`` scored positions at a time.
 
-    With the gradient on and more than one chunk, each chunk is checkpointed: its logits are dropped
-    after the forward and made again in the backward, so no tensor of any dtype holds more than
-    ``chunk_size`` rows of the vocabulary; ``recompute_head=False`` keeps every chunk's logits instead, for a
-    learner whose engine cannot run the head again inside the backward. ``head`` is called as a module, so that its hooks (ZeRO-3's
-    gathering) run each time. Under ZeRO-3 over several ranks each call gathers the head's weight with
-    every rank, so every rank must call it as often: ``head_calls(chunks)`` is the number of calls every
-    rank makes, given this rank's number of chunks (the most of any rank); calls past this rank's chunks
-    project no rows.
+    With the gradient on and more than one chunk, each chunk is checkpointed: its logits are dropped after the
+    forward and made again in the backward, so no tensor of any dtype holds more than ``chunk_size`` rows of the
+    vocabulary; ``recompute_head=False`` keeps every chunk's logits instead, for a learner whose engine cannot
+    run the head again inside the backward. ``head`` is called as a module, so that its hooks (ZeRO-3's
+    gathering) run each time. Under ZeRO-3 over several ranks each call gathers the head's weight with every
+    rank, so every rank must call it as often: ``head_calls(chunks)`` is the number of calls every rank makes,
+    given this rank's number of chunks (the most of any rank); calls past this rank's chunks project no rows.
     """
     b, l, width = hidden.shape
     scored = _scored(response_mask, b, l, hidden.device)
