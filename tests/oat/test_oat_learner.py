@@ -98,7 +98,7 @@ def test_loss_and_mismatch_match_the_local_engine_in_fp32(oat_args, oat_policy_d
     assert oat_info["train/advantage_abs_mean"] == pytest.approx(local_info["train/advantage_abs_mean"], rel=1e-6)
 
 
-@pytest.mark.parametrize("zero_stage", ["0", "2"])
+@pytest.mark.parametrize("zero_stage", ["1", "2"])  # ZeRO-0 in bf16 is refused on Oat (docs/oat.md)
 def test_learning_step_stops_when_the_fp32_masters_are_nan(oat_args, zero_stage):
     _, learner, transitions = learner_and_rollout(oat_args, "bf16", "grpo-tis", "--zero-stage", zero_stage)
     with torch.no_grad():
