@@ -262,7 +262,7 @@ def test_an_output_path_that_cannot_be_written_fails_in_one_line_naming_its_flag
                           cwd=tmp_path, env=ENV, capture_output=True, text=True)
     assert done.returncode != 0
     [line] = done.stderr.splitlines()
-    assert line.startswith(f"error: {flag} {target}: cannot be written (")
+    assert line.startswith(f"error: {flag} {target}: cannot be created or written (")
     assert (tmp_path / "a file").read_text() == "kept"
 
 

@@ -50,10 +50,9 @@ def compare(paths: list[Path], *, window: int = WINDOW, plots: bool = True, figu
 @contextmanager
 def writing(flag: str, path: Path):
     """One line naming ``flag`` when its file cannot be written (a folder that cannot be made, no permission)."""
-    from precision_oat.errors import UserError
+    from precision_oat.runs.folder import cannot_write
 
     try:
         yield
     except OSError as e:
-        raise UserError(f"{flag} {path}: cannot be written ({type(e).__name__}: {e.strerror or e}); "
-                        "pass a path in a place you can write") from None
+        raise cannot_write(path, e, flag, "a path") from None

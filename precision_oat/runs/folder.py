@@ -40,9 +40,10 @@ def make_output_dir(out: Path) -> Path:
     return out
 
 
-def cannot_write(out: Path, error: OSError) -> UserError:
-    return UserError(f"--output-dir {out}: cannot be created or written ({type(error).__name__}: "
-                     f"{error.strerror or error}); pass a folder in a place you can write")
+def cannot_write(out: Path, error: OSError, flag: str = "--output-dir", what: str = "a folder") -> UserError:
+    """One line naming ``flag`` and its path ``out``, which ``error`` kept from being made or written."""
+    return UserError(f"{flag} {out}: cannot be created or written ({type(error).__name__}: "
+                     f"{error.strerror or error}); pass {what} in a place you can write")
 
 
 def output_dir_for(output_dir: Optional[str], algo: str, dtype: str) -> Path:
