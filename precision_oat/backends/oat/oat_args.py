@@ -85,7 +85,8 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
             f"--train-batch-size {global_batch} must split evenly over {learners} learners and divide the "
             f"{local_responses} responses each learner gets per step"
         )
-    micro, per_learner = min(t.micro_batch_size, global_batch // learners), global_batch // learners
+    per_learner = global_batch // learners
+    micro = min(t.micro_batch_size, per_learner)
     if per_learner % micro:
         fits = max(d for d in range(1, micro) if per_learner % d == 0)
         raise UserError(f"--micro-batch-size {micro} must divide the {per_learner} responses per learner step; "
