@@ -609,9 +609,12 @@ class Args(Checked):
         if t.bypass_mode:
             _check_bypass_mode(self, responses)
         if self.log.profile_update is not None and self.log.profile_update > t.steps:
-            reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps})")
+            reject("profile_update", self.log.profile_update, f"is after the run's last step (--steps {t.steps}); "
+                   f"profile a step from 1 to {t.steps}")
         if self.backend == "oat":
             _refuse_for_oat(self)
+        else:
+            _refuse_unread_by_local(self)
         # What DeepSpeed's scaler and master weights cannot do, whichever flag hands the training to it.
         if self.backend == "oat":
             self.precision.build().check_deepspeed("--backend oat")
@@ -635,6 +638,22 @@ class Args(Checked):
         if self.task.task == "arithmetic" and self.task.truncated_reward not in (0.0, None):
             raise UserError(f"--truncated-reward {self.task.truncated_reward}: the arithmetic task grades the leading "
                             "number of every response, cut or not; it applies to --task counting and math")
+
+
+def _refuse_unread_by_local(args: Args) -> None:
+    """Refuse, on the local backend, a flag given away from its default that only the Oat backend or the DeepSpeed
+    learner reads, since the run would silently go without it."""
+    for f in dataclasses.fields(OatArgs):
+        value = getattr(args.oat, f.name)
+        if value != f.default:
+            fix = ("--attn-implementation flash_attention_2 asks for it on the local backend" if f.name == "flash_attn"
+                   else "add --backend oat, or drop it")
+            raise UserError(f"{checks.flag(f.name)}{'' if value is True else ' ' + checks.shown(value)}: "
+                            f"read by --backend oat only, so this run would go without it; {fix}")
+    t = args.train
+    if t.learner == "builtin" and t.zero_stage != TrainArgs.zero_stage:
+        reject("zero_stage", t.zero_stage, "the builtin learner has no ZeRO stages (one process holds its whole fp32 "
+               "masters and Adam state); add --learner deepspeed, or drop --zero-stage")
 
 
 def _refuse_for_oat(args: Args) -> None:

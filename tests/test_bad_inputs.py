@@ -93,6 +93,12 @@ BAD_INPUTS: list[Bad] = [
     bad("--num-epochs", "0"),
     bad("--seed", "-1"),
     bad("--zero-stage", "4"),
+    bad("--zero-stage", "3"),  # the builtin learner has no ZeRO stages: the run would silently go without
+    # Oat's own flags, which the local backend would silently go without
+    bad("--adam-offload"),
+    bad("--flash-attn"),
+    bad("--gpus", "2"),
+    bad("--learner", "deepspeed", "--shm-size-mb", "100", flag="--shm-size-mb"),
     # --- precision ---
     bad("--initial-loss-scale", "inf", cli=True),
     bad("--initial-loss-scale", "0"),

@@ -19,7 +19,8 @@ from tests.backends.test_local_learner import rollout_of
 
 
 def build(kind, model, **flags):
-    args = make_args(learner=kind, zero_stage=flags.pop("zero_stage", 0), **flags)
+    zero_stage = flags.pop("zero_stage", 0)
+    args = make_args(learner=kind, **(dict(zero_stage=zero_stage) if kind == "deepspeed" else {}), **flags)
     return build_learner(model, learner_settings(args, torch.device("cpu")))
 
 
@@ -70,7 +71,8 @@ def test_a_weight_sync_streams_the_gathered_masters_one_at_a_time():
             most_alive = max(most_alive, sum(ref() is not None for ref in exported))
             yield name, master
 
-    checked = push_weights(sampler, watched(learner.export_weights()), make_args(**flags).precision.build())
+    checked = push_weights(sampler, watched(learner.export_weights()),
+                           make_args(learner="deepspeed", **flags).precision.build())
     # Every master reached the sampler and was checked there, but never more than two were held at once
     # (the one being loaded and the one just checked), not a whole fp32 copy of the model.
     assert checked == len(exported) == len(learner.trainable) > 2

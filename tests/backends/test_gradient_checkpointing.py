@@ -13,7 +13,8 @@ from tests.backends.test_local_learner import rollout_of
 def update_gradients(learner_kind: str, lora_rank: int, checkpointing: bool, rollout):
     """The elements autograd kept for the backward, the loss, and the summed gradient of every trainable
     weight over one update's micro-batches."""
-    args = make_args(learner=learner_kind, zero_stage=0, dtype="fp32", algo="grpo", num_samples=2, micro_batch_size=4,
+    zero = dict(zero_stage=0) if learner_kind == "deepspeed" else {}
+    args = make_args(learner=learner_kind, **zero, dtype="fp32", algo="grpo", num_samples=2, micro_batch_size=4,
                      lora_rank=lora_rank, gradient_checkpointing=checkpointing, max_grad_norm=None)
     learner = build_learner(tiny_model(), learner_settings(args, torch.device("cpu")))
     grads = {}
