@@ -523,6 +523,9 @@ class LogArgs(Checked):
         for alarm in self.mismatch_alarm:
             if not isinstance(alarm, str) or not ALARM_SYNTAX.fullmatch(alarm):
                 reject("mismatch_alarm", alarm, "must be KEY>VALUE or KEY<VALUE with a number, e.g. mismatch/k3>1e-3")
+        if self.mismatch_alarm_action != "warn" and not self.mismatch_alarm:
+            reject("mismatch_alarm_action", self.mismatch_alarm_action, "acts on a --mismatch-alarm and none is set, so "
+                   "it would never act; add --mismatch-alarm KEY>VALUE (e.g. mismatch/k3>1e-3), or drop it")
         checks.text(self, "wandb_project")
         checks.text(self, "run_name")
         if self.output_dir is not None and not str(self.output_dir).strip():

@@ -72,6 +72,7 @@ BAD_INPUTS: list[Bad] = [
     bad("--no-rescore", "--train-batch-size", "8", flag="--no-rescore"),
     bad("--backend", "oat", "--no-rescore", flag="--no-rescore"),
     bad("--profile-update", "0"),
+    bad("--mismatch-alarm-action", "stop"),  # no --mismatch-alarm for it to act on
     bad("--steps", "2", "--profile-update", "3", flag="--profile-update"),
     bad("--backend", "oat", "--profile-update", "1", flag="--profile-update"),
     # --- task ---
