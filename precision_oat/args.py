@@ -229,7 +229,8 @@ class LoraArgs(Checked):
     lora_alpha: float = 16.0
     # Dropout on the LoRA input.
     lora_dropout: float = 0.0
-    # Module names that get adapters.
+    # Module names that get adapters; each one given must exist in the model (of this default list, the names a model
+    # lacks are skipped).
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
     def check(self) -> None:

@@ -418,6 +418,10 @@ SET_UP_INPUTS = {
     "LoRA on a block with no weight of its own": (("--lora-rank", "4", "--lora-target-modules", "mlp", "q_proj"),
                                                   "--lora-target-modules: mlp holds no weight matrix of its own; "
                                                   "name the layers inside it (this model's: down_proj,"),
+    # One misspelt name among good ones would otherwise leave that layer without an adapter.
+    "LoRA on a module name the model lacks": (("--lora-rank", "4", "--lora-target-modules", "q_proj", "v_prj"),
+                                              "--lora-target-modules v_prj: no module of the model has this name; "
+                                              "name its weight layers (this model's: down_proj,"),
 }
 
 

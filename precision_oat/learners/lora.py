@@ -21,15 +21,19 @@ def add_lora(model, lora: LoraArgs):
 
 def lora_targets(model, lora: LoraArgs) -> list[str]:
     """The names of ``--lora-target-modules`` that ``model`` has, checked before a run writes anything: each must
-    name weight layers, and the rank must not exceed the narrower side of any of them."""
+    name weight layers, and the rank must not exceed the narrower side of any of them. Of the default list, the
+    names a model lacks are left out (not every architecture has a gated MLP); a name given by hand must exist."""
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    weighted = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if _weight_shape(m)})
     targets = [m for m in lora.lora_target_modules if m in present]
-    if not targets:
-        raise UserError(f"--lora-target-modules {list(lora.lora_target_modules)} match no module of the model")
+    missing = [m for m in lora.lora_target_modules if m not in present]
+    if missing and (not targets or tuple(lora.lora_target_modules) != LoraArgs.lora_target_modules):
+        raise UserError(f"--lora-target-modules {' '.join(missing)}: no module of the model has "
+                        f"{'this name' if len(missing) == 1 else 'these names'}; name its weight layers "
+                        f"(this model's: {', '.join(weighted)})")
     layers = {n: m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in targets}
     blocks = sorted({n.rsplit(".", 1)[-1] for n, m in layers.items() if _weight_shape(m) is None})
     if blocks:
-        weighted = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if _weight_shape(m)})
         raise UserError(f"--lora-target-modules: {', '.join(blocks)} holds no weight matrix of its own; name the "
                         f"layers inside it (this model's: {', '.join(weighted)})")
     width, name = min((min(_weight_shape(m)), n) for n, m in layers.items())
