@@ -21,19 +21,12 @@ def add_lora(model, lora: LoraArgs):
 
 def lora_targets(model, lora: LoraArgs) -> list[str]:
     """The names of ``--lora-target-modules`` that ``model`` has, checked before a run writes anything: each must
-    name weight layers, and the rank must not exceed the narrower side of any of them. Of the default list, the
-    names a model lacks are left out (not every architecture has a gated MLP); a name given by hand must exist."""
-    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    weighted = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if _weight_shape(m)})
-    targets = [m for m in lora.lora_target_modules if m in present]
-    missing = [m for m in lora.lora_target_modules if m not in present]
-    if missing and (not targets or tuple(lora.lora_target_modules) != LoraArgs.lora_target_modules):
-        raise UserError(f"--lora-target-modules {' '.join(missing)}: no module of the model has "
-                        f"{'this name' if len(missing) == 1 else 'these names'}; name its weight layers "
-                        f"(this model's: {', '.join(weighted)})")
+    name weight layers, and the rank must not exceed the narrower side of any of them."""
+    targets = present_targets(model, lora)
     layers = {n: m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in targets}
     blocks = sorted({n.rsplit(".", 1)[-1] for n, m in layers.items() if _weight_shape(m) is None})
     if blocks:
+        weighted = _weight_layer_names(model)
         raise UserError(f"--lora-target-modules: {', '.join(blocks)} holds no weight matrix of its own; name the "
                         f"layers inside it (this model's: {', '.join(weighted)})")
     width, name = min((min(_weight_shape(m)), n) for n, m in layers.items())
@@ -42,6 +35,37 @@ def lora_targets(model, lora: LoraArgs) -> list[str]:
         raise UserError(f"--lora-rank {lora.lora_rank}: above {width}, the narrower side of the adapted layer {name}, "
                         f"where it adds parameters but no capacity; pass at most {width}")
     return targets
+
+
+def check_targets_of(folder: str, lora: LoraArgs) -> None:
+    """:func:`present_targets` on the architecture in ``folder``, built on the meta device (no weight is read): the
+    Oat backend's check before Oat loads the model, whose peft would leave a misspelt name without an adapter.
+    A config that cannot be read here is left to Oat's own load to report."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except OSError:
+        return
+    with torch.device("meta"):
+        present_targets(AutoModelForCausalLM.from_config(config), lora)
+
+
+def present_targets(model, lora: LoraArgs) -> list[str]:
+    """The names of ``--lora-target-modules`` that ``model`` has: of the default list, those an architecture lacks
+    are left out; a name given by hand must exist."""
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [m for m in lora.lora_target_modules if m in present]
+    missing = [m for m in lora.lora_target_modules if m not in present]
+    if missing and (not targets or tuple(lora.lora_target_modules) != LoraArgs.lora_target_modules):
+        raise UserError(f"--lora-target-modules {' '.join(missing)}: no module of the model has "
+                        f"{'this name' if len(missing) == 1 else 'these names'}; name its weight layers "
+                        f"(this model's: {', '.join(_weight_layer_names(model))})")
+    return targets
+
+
+def _weight_layer_names(model) -> list[str]:
+    return sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if _weight_shape(m)})
 
 
 def _weight_shape(module):

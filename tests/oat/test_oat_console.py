@@ -74,3 +74,13 @@ def test_a_bad_input_the_learner_finds_ends_the_run_in_one_line(tmp_path):
     assert "Traceback" not in console and "the Oat program failed" not in console
     assert (tmp_path / "learner_error.txt").read_text().startswith("bad input: --max-prompt-length 2: ")
     assert "\x1b" not in console
+
+
+def test_a_misspelt_lora_target_is_refused_before_oat_starts(tmp_path):
+    # Oat's peft would adapt q_proj and leave the misspelt name's layers without adapters, silently.
+    result = run_cli("--dtype", "fp32", "--steps", "1", "--lora-rank", "4", "--lora-target-modules", "q_proj", "v_prj",
+                     "--output-dir", str(tmp_path), "--wandb-mode", "disabled")
+    assert result.returncode == 1
+    assert re.search(r"^error: --lora-target-modules v_prj: no module of the model has this name; name its weight "
+                     r"layers \(this model's: .*\bv_proj\b", result.stdout, re.MULTILINE)
+    assert "Traceback" not in result.stdout and not (tmp_path / "oat").exists()

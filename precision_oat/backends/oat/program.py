@@ -75,8 +75,11 @@ def build_program(args: Args, out: Path):
     from precision_oat.backends.oat.oat_actor import OatActor
     from precision_oat.backends.oat.oat_args import to_oat_args
     from precision_oat.backends.oat.oat_learner import OatLearner
+    from precision_oat.learners.lora import check_targets_of
 
     pretrain = resolve_pretrain(args, out)
+    if args.lora.lora_rank:
+        check_targets_of(pretrain, args.lora)
     oat_args = to_oat_args(args, pretrain=pretrain, output_dir=out, cuda_devices=torch.cuda.device_count())
     learner_cls = compose(oat_args.algorithm, OatLearner)
     with one_device_for_layout():
