@@ -26,9 +26,8 @@ def lora_targets(model, lora: LoraArgs) -> list[str]:
     layers = {n: m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in targets}
     blocks = sorted({n.rsplit(".", 1)[-1] for n, m in layers.items() if _weight_shape(m) is None})
     if blocks:
-        weighted = _weight_layer_names(model)
         raise UserError(f"--lora-target-modules: {', '.join(blocks)} holds no weight matrix of its own; name the "
-                        f"layers inside it (this model's: {', '.join(weighted)})")
+                        f"layers inside it (this model's: {', '.join(_weight_layer_names(model))})")
     width, name = min((min(_weight_shape(m)), n) for n, m in layers.items())
     if lora.lora_rank > width:
         # B·A has rank ≤ min(in, out) whatever r is: a larger r only adds parameters (and memory).
