@@ -124,7 +124,7 @@ class LadderArgs:
     sampler: Literal["vllm", "builtin"] = "vllm"
     # Learner of the cells.
     learner: Literal["deepspeed", "builtin"] = "deepspeed"
-    # DeepSpeed ZeRO stage.
+    # DeepSpeed ZeRO stage (of --learner deepspeed).
     zero_stage: int = 1
     # Recompute activations in the backward.
     gradient_checkpointing: bool = True
@@ -235,8 +235,9 @@ def cell_args(args: LadderArgs, response_len: int, dtype: DType, micro_batch_siz
                             max_new_tokens=response_len, max_prompt_length=args.prompt_len,
                             vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_sleep=args.vllm_sleep,
                             vllm_kv_cache_gb=kv_cache, vllm_enforce_eager=args.vllm_enforce_eager),
-        train=TrainArgs(learner=args.learner, zero_stage=args.zero_stage, micro_batch_size=micro_batch_size,
-                        learning_rate=1e-6, device=args.device),
+        # The builtin learner has no ZeRO stage, and refuses one other than the default.
+        train=TrainArgs(learner=args.learner, micro_batch_size=micro_batch_size, learning_rate=1e-6, device=args.device,
+                        zero_stage=args.zero_stage if args.learner == "deepspeed" else TrainArgs.zero_stage),
     )
 
 
