@@ -599,11 +599,10 @@ class Args(Checked):
                    f"exceeds the {responses} responses of a step (--prompts-per-step {r.prompts_per_step} × "
                    f"--num-samples {r.num_samples}); lower it or leave it unset to use the whole rollout")
         if t.train_batch_size is not None and responses % t.train_batch_size:
-            divisors = [d for d in range(1, responses + 1) if responses % d == 0 and d < t.train_batch_size]
             reject("train_batch_size", t.train_batch_size,
                    f"does not divide the {responses} responses of a step (--prompts-per-step {r.prompts_per_step} × "
                    f"--num-samples {r.num_samples}), so each rollout's last mini-batch would be short; use a divisor "
-                   f"such as {divisors[-1]}, or leave it unset to use the whole rollout")
+                   f"such as {checks.largest_divisor_below(responses, t.train_batch_size)}, or leave it unset to use the whole rollout")
         _check_advantage(algorithm_spec(self), r.num_samples)
         if self.log.resume and self.log.output_dir is None:
             raise UserError("--resume needs --output-dir, the folder of the run to continue")

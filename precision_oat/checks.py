@@ -65,6 +65,11 @@ def reject(name: str, value: Any, rule: str) -> NoReturn:
     raise UserError(f"{flag(name)} {shown(value)}: {rule}")
 
 
+def largest_divisor_below(n: int, bound: int) -> int:
+    """The largest divisor of ``n`` below ``bound``: the batch size to suggest when ``bound`` does not divide ``n``."""
+    return max(d for d in range(1, bound) if n % d == 0)
+
+
 # --- types ---
 
 

@@ -24,6 +24,7 @@ from oat.types import RLAlgo
 
 from precision_oat.algorithms import AlgorithmSpec
 from precision_oat.args import Args, OatArgs, algorithm_spec
+from precision_oat.checks import largest_divisor_below
 from precision_oat.errors import UserError
 from precision_oat.precision.policy import Precision
 
@@ -88,9 +89,8 @@ def to_oat_args(args: Args, *, pretrain: str, output_dir: Path, cuda_devices: in
     per_learner = global_batch // learners
     micro = min(t.micro_batch_size, per_learner)
     if per_learner % micro:
-        fits = max(d for d in range(1, micro) if per_learner % d == 0)
         raise UserError(f"--micro-batch-size {micro} must divide the {per_learner} responses per learner step; "
-                        f"use {fits}, or another divisor of {per_learner}")
+                        f"use {largest_divisor_below(per_learner, micro)}, or another divisor of {per_learner}")
 
     out = PrecisionPPOArgs(
         # --- processes ---
