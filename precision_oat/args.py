@@ -325,6 +325,8 @@ class RolloutArgs(Checked):
     max_new_tokens: int = 8
     # Longest prompt in tokens; longer prompts are an error.
     max_prompt_length: int = 512
+    # Leave prompts over --max-prompt-length out of training and evaluation (their count is printed) instead.
+    drop_long_prompts: bool = False
     # vLLM on GPU: fraction of GPU memory for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.5
     # vLLM: GiB of its KV cache. None: 2 on CPU; on CUDA what --vllm-gpu-memory-utilization leaves after

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from precision_oat.args import EvalArgs, RolloutArgs
 from precision_oat.distributed.world import SINGLE, World
-from precision_oat.errors import SAMPLER_MEMORY_FLAGS, UserError, out_of_memory_explained
+from precision_oat.errors import SAMPLER_MEMORY_FLAGS, out_of_memory_explained
 from precision_oat.rl.rollout import Rollout, collate
 from precision_oat.samplers.sampler import Completion, Sampler, SamplingParams, stop_token_ids
 from precision_oat.samplers.stop_strings import cut_at_stop_strings
@@ -116,18 +116,6 @@ class PrecisionActor:
 def encode_prompt(task: Task, tokenizer, example: Example) -> list[int]:
     """The token ids of ``example``'s prompt as the task renders it."""
     return tokenizer(task.render(example), add_special_tokens=False).input_ids
-
-
-def check_prompt_lengths(lengths: Sequence[int], limit: int, what: str = "prompts") -> None:
-    """Refuse prompts longer than ``--max-prompt-length`` tokens (all of them, counted once)."""
-    if not lengths:
-        raise UserError("the task has no training examples")
-    too_long = [n for n in lengths if n > limit]
-    if too_long:
-        raise UserError(
-            f"--max-prompt-length {limit}: {len(too_long)} of {len(lengths)} {what} are longer "
-            f"(longest {max(too_long)} tokens); raise the limit or filter the data"
-        )
 
 
 def check_rewards(rewards: Sequence[float], texts: Sequence[str], task_name: str) -> None:

@@ -214,6 +214,6 @@ def test_evaluation_prompt_longer_than_the_limit(tmp_path, byte_model_dir):
     args = make_args(model=str(byte_model_dir), task="math", prompt_data=str(data), prompts_per_step=2, num_samples=2,
                      max_new_tokens=4, max_prompt_length=16, steps=1, eval_every=1, eval_benchmarks=("aime",),
                      eval_limit=2, eval_samples=2, output_dir=str(tmp_path / "out"))
-    with pytest.raises(UserError, match="--max-prompt-length 16: 2 of 2 evaluation prompts are longer"):
+    with pytest.raises(UserError, match="--max-prompt-length 16: 2 of 2 aime evaluation prompts are longer"):
         train(args)
     assert not (tmp_path / "out" / "metrics.jsonl").exists()

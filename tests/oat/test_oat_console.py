@@ -69,8 +69,8 @@ def test_a_bad_input_the_learner_finds_ends_the_run_in_one_line(tmp_path):
                      "--wandb-mode", "disabled")
     assert result.returncode == 1
     console = result.stdout
-    assert re.search(r"^error: --max-prompt-length 2: \d+ of \d+ prompts are longer \(longest \d+ tokens\); raise the "
-                     r"limit or filter the data$", console, re.MULTILINE)
+    assert re.search(r"^error: --max-prompt-length 2: \d+ of \d+ training prompts are longer \(longest \d+ tokens\); "
+                     r"raise the limit, filter the data or pass --drop-long-prompts$", console, re.MULTILINE)
     assert "Traceback" not in console and "the Oat program failed" not in console
     assert (tmp_path / "learner_error.txt").read_text().startswith("bad input: --max-prompt-length 2: ")
     assert "\x1b" not in console

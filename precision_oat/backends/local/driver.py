@@ -43,7 +43,7 @@ from precision_oat.precision.batch_invariance import enable_batch_invariance
 from precision_oat.precision.policy import Precision, describe_contract
 from precision_oat.precision.weight_sync import push_weights
 from precision_oat.presets import to_values
-from precision_oat.rl.actor import PrecisionActor, check_prompt_lengths, encode_prompt
+from precision_oat.rl.actor import PrecisionActor, encode_prompt
 from precision_oat.rl.settings import LearnerSettings, learner_settings
 from precision_oat.runs.alarms import parse_alarms
 from precision_oat.runs.checkpoint import check_world_size, checkpoint_step, require_checkpoint, resume_checkpoint
@@ -54,6 +54,7 @@ from precision_oat.runs.resume import check_resume, drop_superseded, record_resu
 from precision_oat.samplers import build_sampler
 from precision_oat.samplers.sampler import SamplingParams, stop_token_ids
 from precision_oat.tasks import build_task
+from precision_oat.tasks.prompt_limit import PromptLimit, fit_prompt_limit
 from precision_oat.tasks.task import Task
 
 
@@ -114,19 +115,16 @@ def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
     policy = load_policy(args.model)
     if args.lora.lora_rank:
         lora_targets(policy.model, args.lora)
-    task = build_task(args.task, args.eval, policy.tokenizer)
-    task.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
+    built = build_task(args.task, args.eval, policy.tokenizer)
+    built.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
+    # Evaluation prompts go to the same sampler (vLLM's max_model_len counts on this limit).
+    say = print if world.is_main else (lambda *a, **k: None)
+    task = PromptLimit(built, lambda e: len(encode_prompt(built, policy.tokenizer, e)), args.rollout.max_prompt_length,
+                       args.rollout.drop_long_prompts, log=say)
+    examples = task.train_set()
     evaluated = task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {}
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
                  args.train.train_batch_size, evaluated)
-    examples = task.train_set()
-    check_prompt_lengths([len(encode_prompt(task, policy.tokenizer, e)) for e in examples],
-                         args.rollout.max_prompt_length)
-    # Evaluation prompts go to the same sampler (vLLM's max_model_len counts on this limit).
-    held_out = [e for benchmark in evaluated.values() for e in benchmark]
-    if held_out:
-        check_prompt_lengths([len(encode_prompt(task, policy.tokenizer, e)) for e in held_out],
-                             args.rollout.max_prompt_length, "evaluation prompts")
     return policy, task, examples
 
 
@@ -165,7 +163,8 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
     learner = build_learner(policy.model, settings, learner_class)
     actor = actor_class(sampler, task, policy.tokenizer, args.rollout, args.train.seed, world)
     if type(actor).encode is not PrecisionActor.encode:  # an actor of its own may render prompts its own way
-        check_prompt_lengths([len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length)
+        examples = fit_prompt_limit(examples, [len(actor.encode(e)) for e in examples], args.rollout.max_prompt_length,
+                                    args.rollout.drop_long_prompts, "prompts as the actor renders them", say)
 
     start_step, alarms_inside = 0, {}
     flags = to_values(args)

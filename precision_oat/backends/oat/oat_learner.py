@@ -41,12 +41,13 @@ from precision_oat.backends.oat.prompt_rows import prompt_row
 from precision_oat.backends.oat.strategy import learner_base_hooks
 from precision_oat.errors import UserError
 from precision_oat.learners.deepspeed_hooks import DeepSpeedHooks
-from precision_oat.rl.actor import check_prompt_lengths
+from precision_oat.rl.actor import encode_prompt
 from precision_oat.rl.rollout import Rollout
 from precision_oat.rl.scoring import causal_lm_logprobs
 from precision_oat.rl.settings import learner_settings
 from precision_oat.rl.step import RLStep
 from precision_oat.tasks import build_task
+from precision_oat.tasks.prompt_limit import PromptLimit
 from precision_oat.tasks.evaluation import summarize
 
 # Written to the output folder when the learner fails: the traceback of a failure, or the one line of a bad input
@@ -88,22 +89,22 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
     # --- data ---
 
     def prepare_data(self, strategy, tokenizer) -> None:
-        self.task = build_task(self.args.source.task, self.args.source.eval, tokenizer)
+        built = build_task(self.args.source.task, self.args.source.eval, tokenizer)
+        rollout = self.args.source.rollout
+        self.task = PromptLimit(built, lambda e: len(encode_prompt(built, tokenizer, e)), rollout.max_prompt_length,
+                                rollout.drop_long_prompts, log=strategy.print)
         rows = [prompt_row(self.task, e) for e in self.task.train_set()]
-        check_prompt_lengths([len(tokenizer(r[0], add_special_tokens=False).input_ids) for r in rows],
-                             self.args.prompt_max_length)
         # (formatted prompt, question, reference): what Oat's collector hands the actors.
         self.prompts_dataset = rows
         self.prompts_dataloader = strategy.setup_dataloader(
             rows, self.args.rollout_batch_size_per_device, pin_memory=True, shuffle=True
         )
+        # Evaluation prompts are held to the limit only where they are sampled.
+        evaluated = self.task if self.args.eval_steps > 0 else built
         self.eval_sets = {
-            name: [prompt_row(self.task, e) for e in examples] for name, examples in self.task.eval_sets().items()
+            name: [prompt_row(self.task, e) for e in examples] for name, examples in evaluated.eval_sets().items()
         }
         self.eval_prompts_dataset = [row for rows_ in self.eval_sets.values() for row in rows_]
-        if self.eval_prompts_dataset and self.args.eval_steps > 0:
-            check_prompt_lengths([len(tokenizer(r[0], add_special_tokens=False).input_ids)
-                                  for r in self.eval_prompts_dataset], self.args.prompt_max_length, "evaluation prompts")
         self.eval_prompts_dataloader = None
 
     # --- advantages ---
