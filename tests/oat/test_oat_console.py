@@ -76,6 +76,17 @@ def test_a_bad_input_the_learner_finds_ends_the_run_in_one_line(tmp_path):
     assert "\x1b" not in console
 
 
+def test_drop_long_prompts_trains_on_the_prompts_that_fit_and_says_so(tmp_path):
+    # The arithmetic prompts are 4 to 6 characters: a limit of 5 leaves out the longest, in the learner's process.
+    result = run_cli("--dtype", "fp32", "--steps", "1", "--prompts-per-step", "8", "--num-samples", "8",
+                     "--max-new-tokens", "4", "--micro-batch-size", "16", "--max-prompt-length", "5",
+                     "--drop-long-prompts", "--output-dir", str(tmp_path), "--wandb-mode", "disabled")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert re.search(r"^--drop-long-prompts: left out \d+ of 256 training prompts longer than --max-prompt-length 5 "
+                     r"tokens \(longest 6\)$", result.stdout, re.MULTILINE)
+    assert re.search(r"^step +1/1 ", result.stdout, re.MULTILINE)
+
+
 def test_a_misspelt_lora_target_is_refused_before_oat_starts(tmp_path):
     # Oat's peft would adapt q_proj and leave the misspelt name's layers without adapters, silently.
     result = run_cli("--dtype", "fp32", "--steps", "1", "--lora-rank", "4", "--lora-target-modules", "q_proj", "v_prj",

@@ -36,7 +36,7 @@ from oat.algorithms.ppo import PPOLearner
 from torch.utils.data import DataLoader
 
 from precision_oat.backends.oat.cpu import install_cpu_shims, learner_device
-from precision_oat.backends.oat.oat_log import OatRunLog
+from precision_oat.backends.oat.oat_log import LEARNER_CONSOLE, OatRunLog
 from precision_oat.backends.oat.prompt_rows import prompt_row
 from precision_oat.backends.oat.strategy import learner_base_hooks
 from precision_oat.errors import UserError
@@ -47,8 +47,8 @@ from precision_oat.rl.scoring import causal_lm_logprobs
 from precision_oat.rl.settings import learner_settings
 from precision_oat.rl.step import RLStep
 from precision_oat.tasks import build_task
-from precision_oat.tasks.prompt_limit import PromptLimit
 from precision_oat.tasks.evaluation import summarize
+from precision_oat.tasks.prompt_limit import PromptLimit
 
 # Written to the output folder when the learner fails: the traceback of a failure, or the one line of a bad input
 # after BAD_INPUT, which the launcher raises again as a UserError.
@@ -92,7 +92,7 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
         built = build_task(self.args.source.task, self.args.source.eval, tokenizer)
         rollout = self.args.source.rollout
         self.task = PromptLimit(built, lambda e: len(encode_prompt(built, tokenizer, e)), rollout.max_prompt_length,
-                                rollout.drop_long_prompts, log=strategy.print)
+                                rollout.drop_long_prompts, log=partial(self._to_console, strategy))
         rows = [prompt_row(self.task, e) for e in self.task.train_set()]
         # (formatted prompt, question, reference): what Oat's collector hands the actors.
         self.prompts_dataset = rows
@@ -106,6 +106,12 @@ class OatLearner(DeepSpeedHooks, RLStep, PPOLearner):
         }
         self.eval_prompts_dataset = [row for rows_ in self.eval_sets.values() for row in rows_]
         self.eval_prompts_dataloader = None
+
+    def _to_console(self, strategy, line: str) -> None:
+        """A line for the run's console (the launcher relays the learner's console file as it grows)."""
+        if strategy.is_rank_0():
+            with Path(self.args.output_dir, LEARNER_CONSOLE).open("a", encoding="utf-8") as console:
+                print(line, file=console)
 
     # --- advantages ---
 
