@@ -323,9 +323,9 @@ class RolloutArgs(Checked):
     top_p: float = 1.0
     # Longest response in tokens (also Dr.GRPO's constant normaliser).
     max_new_tokens: int = 8
-    # Longest prompt in tokens; longer prompts are an error.
+    # Longest prompt in tokens; longer prompts are an error (or see --drop-long-prompts).
     max_prompt_length: int = 512
-    # Leave prompts over --max-prompt-length out of training and evaluation (their count is printed) instead.
+    # Leave prompts over --max-prompt-length out of training and evaluation (printing how many) rather than refuse them.
     drop_long_prompts: bool = False
     # vLLM on GPU: fraction of GPU memory for weights and KV cache.
     vllm_gpu_memory_utilization: float = 0.5
