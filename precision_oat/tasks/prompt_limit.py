@@ -75,4 +75,6 @@ class PromptLimit(Task):
 
     def __getattr__(self, name: str):
         # A task's own extras (MathTask's grading settings, say); only reached for names not found above.
+        if name == "task":  # not set yet (a copy being built): no wrapped task to ask
+            raise AttributeError(name)
         return getattr(self.task, name)

@@ -1,13 +1,16 @@
 """The prompt limit: prompts over --max-prompt-length refused, or with --drop-long-prompts left out and counted."""
 
+import copy
 import json
 
 import pytest
 
+from precision_oat.backends.local.driver import train
 from precision_oat.errors import UserError
 from precision_oat.rl.actor import PrecisionActor, encode_prompt
 from precision_oat.tasks.math import MathTask
 from precision_oat.tasks.prompt_limit import PromptLimit
+from tests.backends.helpers import make_args
 from tests.conftest import byte_tokenizer
 
 
@@ -70,9 +73,6 @@ def test_everything_but_the_sets_is_the_tasks_own(tmp_path):
 
 
 def test_a_run_with_drop_long_prompts_trains_on_the_prompts_that_fit(tmp_path, byte_model_dir, capsys):
-    from precision_oat.backends.local.driver import train
-    from tests.backends.helpers import make_args
-
     data = tmp_path / "prompts.jsonl"
     questions = [f"{i}+1" for i in range(4)] + [f"{i:030d}+1" for i in range(2)]
     data.write_text("".join(json.dumps({"problem": q, "answer": "1"}) + "\n" for q in questions))
@@ -99,9 +99,6 @@ class PrefixingActor(PrecisionActor):
 
 def test_an_actor_that_renders_prompts_its_own_way_is_held_to_the_limit_as_it_renders_them(tmp_path, byte_model_dir,
                                                                                             capsys):
-    from precision_oat.backends.local.driver import train
-    from tests.backends.helpers import make_args
-
     data = tmp_path / "prompts.jsonl"
     data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": "1"}) + "\n" for i in range(4)))
     common = dict(model=str(byte_model_dir), task="math", prompt_data=str(data), prompts_per_step=2, num_samples=2,
@@ -111,3 +108,9 @@ def test_an_actor_that_renders_prompts_its_own_way_is_held_to_the_limit_as_it_re
         train(make_args(**common, output_dir=str(tmp_path / "refused")), actor_class=PrefixingActor)
     train(make_args(**common, drop_long_prompts=True, output_dir=str(tmp_path / "out")), actor_class=PrefixingActor)
     assert "left out 1 of 4 prompts as the actor renders them" in capsys.readouterr().out
+
+
+def test_a_copy_of_the_limited_task_is_a_whole_task(tmp_path):
+    task, _ = limited(math_task(tmp_path, ["1+0", "123456789+1"]), 8, drop=True)
+    for twin in (copy.copy(task), copy.deepcopy(task)):
+        assert [e.question for e in twin.train_set()] == ["1+0"]
