@@ -113,6 +113,11 @@ class World:
         torch.distributed.broadcast_object_list(box, src=0)
         return box[0]
 
+    def say(self, *values, **print_options) -> None:
+        """``print`` on rank 0 alone: a console line every rank reaches, printed once."""
+        if self.is_main:
+            print(*values, **print_options)
+
     def on_main(self, run: Callable[[], T]) -> Optional[T]:
         """``run()`` on rank 0 alone (None elsewhere); a :class:`UserError` it raises stops every rank with its line.
 

@@ -117,10 +117,9 @@ def load_workload(args: Args, world: World) -> tuple[Policy, Task, list]:
         lora_targets(policy.model, args.lora)
     built = build_task(args.task, args.eval, policy.tokenizer)
     built.check_response_limit(policy.tokenizer, args.rollout.max_new_tokens)
-    # Evaluation prompts go to the same sampler (vLLM's max_model_len counts on this limit).
-    say = print if world.is_main else (lambda *a, **k: None)
+    # Evaluation prompts are held to the limit too: they go to the same sampler (vLLM's max_model_len counts on it).
     task = PromptLimit(built, lambda e: len(encode_prompt(built, policy.tokenizer, e)), args.rollout.max_prompt_length,
-                       args.rollout.drop_long_prompts, log=say)
+                       args.rollout.drop_long_prompts, log=world.say)
     examples = task.train_set()
     evaluated = task.eval_sets() if args.eval.eval_every or args.train.steps == 0 else {}
     check_layout(world, args.train.learner, args.rollout.prompts_per_step, args.rollout.num_samples,
@@ -138,7 +137,7 @@ def build_run(out: Path, args: Args, settings: LearnerSettings, learner_class: O
               policy: Policy, task: Task, examples: list) -> Run:
     """The parts of a run in its claimed folder ``out`` (config.json is written, a resume has been checked)."""
     precision, spec, device, world = settings.precision, settings.algo, settings.device, settings.world
-    say = print if world.is_main else (lambda *a, **k: None)
+    say = world.say
     algorithm = (f"{spec.advantage} / {spec.objective} / {spec.correction} / {spec.reduction}"
                  if learner_class is None else learner_class.__qualname__)
     say(f"precision-oat · backend local · algo {args.algorithm.algo} ({algorithm}) · sampler {args.rollout.sampler} · "

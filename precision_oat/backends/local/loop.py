@@ -82,7 +82,7 @@ def rank_times(world: World, metrics: dict) -> dict[str, float]:
 def run_steps(run: Run, train: TrainArgs, rollout: RolloutArgs, evaluation: EvalArgs, logging: LogArgs) -> dict:
     """Steps ``run.start_step`` … ``--steps``; return the summary (rank 0; an empty dict elsewhere)."""
     world, actor, learner, log = run.world, run.actor, run.learner, run.log
-    say = print if world.is_main else (lambda *a, **k: None)
+    say = world.say
     steps, per_step = train.steps, rollout.prompts_per_step
     if steps == 0:
         return evaluate_only(actor, evaluation, log, run.out)
