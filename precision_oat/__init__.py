@@ -24,10 +24,12 @@ def make_args(preset=None, **values):
     """
     # Imported here so that `import precision_oat` stays light (no torch, no flags' registries).
     from precision_oat.args import Args
-    from precision_oat.presets import apply_values, load_preset
+    from precision_oat.presets import apply_values, load_preset, refuse_unread_changes
 
     base = Args()
     if preset is not None:
         base = load_preset(preset)
         values = {"preset": str(preset), **values}
-    return apply_values(base, values, source="make_args")
+    args = apply_values(base, values, source="make_args")
+    refuse_unread_changes(base, args)
+    return args

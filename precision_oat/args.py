@@ -653,12 +653,38 @@ def _refuse_unread_by_local(args: Args) -> None:
         if value != f.default:
             fix = ("--attn-implementation flash_attention_2 asks for it on the local backend" if f.name == "flash_attn"
                    else "add --backend oat, or drop it")
-            raise UserError(f"{checks.flag(f.name)}{'' if value is True else ' ' + checks.shown(value)}: "
-                            f"read by --backend oat only, so this run would go without it; {fix}")
+            raise UserError(f"{checks.typed(f.name, value)}: read by --backend oat only, so this run would go without "
+                            f"it; {fix}")
     t = args.train
     if t.learner == "builtin" and t.zero_stage != TrainArgs.zero_stage:
         reject("zero_stage", t.zero_stage, "the builtin learner has no ZeRO stages (one process holds its whole fp32 "
                "masters and Adam state); add --learner deepspeed, or drop --zero-stage")
+
+
+def refuse_unread(args: Args, given: set[str]) -> None:
+    """Refuse a flag of ``given`` (those the command line set) that this run would not read: vLLM's flags without
+    --sampler vllm, evaluation's in a run that never evaluates, LoRA's without --lora-rank. Judged on what was typed
+    rather than on values away from their defaults, so a preset may hold such flags for the runs that read them, and
+    a command that overrides its --sampler, say, is not refused for lines it did not write."""
+    r, e, lora = args.rollout, args.eval, args.lora
+    # The arithmetic task's training split is what its held-out split leaves, so it reads --eval-limit regardless.
+    eval_flags = ("eval_every", "eval_limit") if args.task.task == "arithmetic" else ("eval_every",)
+    rules = (  # a group, its flags read only under a condition, whether this run fails it, what reads them, the fix
+        (r, _flags(r, "vllm_"), r.sampler != "vllm", "read with --sampler vllm only", "add --sampler vllm"),
+        (e, _flags(e, "eval_", but=eval_flags), e.eval_every is None and args.train.steps > 0,
+         "read only when the run evaluates (--eval-every N, or --steps 0)", "add --eval-every N"),
+        (lora, _flags(lora, "lora_", but=("lora_rank",)), lora.lora_rank == 0,
+         "read with --lora-rank R > 0 only (this run trains every weight)", "add --lora-rank R"),
+    )
+    for group, names, skipped, reader, fix in rules:
+        for name in names:
+            if skipped and name in given:
+                raise UserError(f"{checks.typed(name, getattr(group, name))}: {reader}, so this run would go without "
+                                f"it; {fix}, or drop it")
+
+
+def _flags(group: Checked, prefix: str, but: tuple[str, ...] = ()) -> list[str]:
+    return [f.name for f in dataclasses.fields(group) if f.name.startswith(prefix) and f.name not in but]
 
 
 def _refuse_for_oat(args: Args) -> None:

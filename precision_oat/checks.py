@@ -61,6 +61,13 @@ def shown(value: Any) -> str:
     return str(value)
 
 
+def typed(name: str, value: Any) -> str:
+    """Field ``name`` set to ``value`` as it is typed on the command line: ``--flag``, ``--no-flag`` or ``--flag value``."""
+    if isinstance(value, bool):
+        return flag(name) if value else "--no-" + name.replace("_", "-")
+    return f"{flag(name)} {shown(value)}"
+
+
 def reject(name: str, value: Any, rule: str) -> NoReturn:
     raise UserError(f"{flag(name)} {shown(value)}: {rule}")
 

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from precision_oat.args import Args, LogArgs
+from precision_oat.args import Args, LogArgs, refuse_unread
 from precision_oat.checks import checks_deferred
 from precision_oat.errors import UserError
 
@@ -134,6 +134,13 @@ def to_values(args: Args) -> dict[str, Any]:
     return out
 
 
+def refuse_unread_changes(before: Args, after: Args) -> None:
+    """:func:`~precision_oat.args.refuse_unread` for the flags that made ``after`` of ``before`` (the defaults or a
+    preset): those of the command line, or of make_args' keywords."""
+    old = to_values(before)
+    refuse_unread(after, given={name for name, value in to_values(after).items() if value != old[name]})
+
+
 def _preset_path(argv: Sequence[str]) -> Optional[str]:
     """The last ``--preset`` of ``argv``: as for every flag, the last one given wins (and is the one recorded)."""
     path = None
@@ -171,6 +178,7 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: str = "python -m prec
         with checks_deferred():
             args = tyro.cli(Args, args=argv, default=default, prog=prog, config=(tyro.conf.OmitArgPrefixes,))
         args.check()
+        refuse_unread_changes(default, args)
     except UserError as e:
         sys.exit(f"error: {e}")
     return args

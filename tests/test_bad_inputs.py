@@ -68,6 +68,15 @@ BAD_INPUTS: list[Bad] = [
     bad("--backend", "oat", "--no-vllm-row-seeds", flag="--no-vllm-row-seeds"),
     bad("--vllm-tensor-parallel-size", "0"),
     bad("--backend", "oat", "--vllm-tensor-parallel-size", "2", flag="--vllm-tensor-parallel-size"),
+    # vLLM's flags without vLLM, evaluation's without an evaluation, LoRA's without LoRA: the run would go without them
+    bad("--vllm-kv-cache-gb", "4"),
+    bad("--no-vllm-sleep"),
+    bad("--backend", "oat", "--vllm-prefix-caching", flag="--vllm-prefix-caching"),
+    bad("--eval-temperature", "0.5"),
+    bad("--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--task", "counting", "--eval-limit", "5", flag="--eval-limit"),
+    bad("--eval-samples", "4", "--backend", "oat", flag="--eval-samples"),
+    bad("--lora-alpha", "32"),
+    bad("--lora-target-modules", "q_proj", flag="--lora-target-modules"),
     bad("--no-rescore", "--num-epochs", "2", flag="--no-rescore"),
     bad("--no-rescore", "--train-batch-size", "8", flag="--no-rescore"),
     bad("--backend", "oat", "--no-rescore", flag="--no-rescore"),
@@ -260,14 +269,26 @@ def test_the_base_command_alone_is_accepted(tmp_path):
     assert args.train.steps == 1 and args.log.output_dir == tmp_path / "run"
 
 
+@pytest.mark.parametrize("argv, preset", [
+    (("--sampler", "builtin"), "sampler: vllm\nvllm_kv_cache_gb: 4\nvllm_sleep: false\n"),  # the preset's, overridden
+    (("--eval-every", "1", "--eval-samples", "4", "--eval-temperature", "1"), None),
+    (("--steps", "0", "--eval-limit", "5"), None),  # a --steps 0 run evaluates once
+    (("--lora-rank", "2", "--lora-alpha", "4"), None),
+    (("--vllm-sleep", "--eval-samples", "1"), None),  # the defaults, typed out: nothing goes unread
+    (("--max-operand", "9", "--eval-limit", "5"), None),  # the arithmetic training split is what --eval-limit leaves
+], ids=lambda v: " ".join(v) if isinstance(v, tuple) else "preset" if v else "")
+def test_flags_a_run_reads_and_a_presets_lines_are_not_refused(argv, preset, tmp_path):
+    parse_args(command(bad(*argv, preset=preset), tmp_path))
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         ("--top-p", "1"),
         ("--steps", "0"),
         ("--lora-rank", "0"),
-        ("--eval-temperature", "0"),  # greedy evaluation
-        ("--temperature", "0.01", "--eval-temperature", "0.01"),  # the lowest vLLM samples at as given
+        ("--eval-every", "1", "--eval-temperature", "0"),  # greedy evaluation
+        ("--temperature", "0.01", "--eval-every", "1", "--eval-temperature", "0.01"),  # the lowest vLLM samples at as given
         ("--advantage", "rloo", "--num-samples", "2"),  # the smallest group with a leave-one-out baseline
         ("--num-samples", "1", "--advantage", "reinforce"),
         ("--train-batch-size", "256"),  # exactly the 32 × 8 responses of a step

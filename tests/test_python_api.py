@@ -27,10 +27,10 @@ def test_the_pages_code_builds_runs_and_reads_a_run(embedded_policy_dir, tmp_pat
 
 
 def test_make_args_gives_what_the_same_flags_give():
-    flags = ["--algo", "grpo-tis", "--dtype", "fp16", "--sampler-dtype", "bf16", "--lora-target-modules", "q_proj",
-             "v_proj", "--max-new-tokens", "16"]
-    made = make_args(algo="grpo-tis", dtype="fp16", sampler_dtype="bf16", lora_target_modules=["q_proj", "v_proj"],
-                     max_new_tokens=16)
+    flags = ["--algo", "grpo-tis", "--dtype", "fp16", "--sampler-dtype", "bf16", "--lora-rank", "2",
+             "--lora-target-modules", "q_proj", "v_proj", "--max-new-tokens", "16"]
+    made = make_args(algo="grpo-tis", dtype="fp16", sampler_dtype="bf16", lora_rank=2,
+                     lora_target_modules=["q_proj", "v_proj"], max_new_tokens=16)
     assert made == parse_args(flags)
     assert made.lora.lora_target_modules == ("q_proj", "v_proj") and made.precision.sampler_dtype == "bf16"
 
@@ -40,6 +40,12 @@ def test_make_args_applies_keywords_over_the_preset():
     made = make_args(preset=preset, steps=3, dtype="fp16")
     assert made == parse_args(["--preset", str(preset), "--steps", "3", "--dtype", "fp16"])
     assert made.train.steps == 3 and made.precision.dtype == "fp16" and made.preset == preset
+
+
+def test_make_args_refuses_a_keyword_the_run_would_not_read_as_the_command_line_does():
+    with pytest.raises(UserError, match=r"^--eval-samples 4: read only when the run evaluates"):
+        make_args(eval_samples=4)
+    assert make_args(eval_every=10, eval_samples=4).eval.eval_samples == 4
 
 
 def test_make_args_names_a_misspelt_keyword_and_a_bad_value():

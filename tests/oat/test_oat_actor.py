@@ -10,7 +10,7 @@ from precision_oat.rl.actor import PrecisionActor as LocalActor
 
 # Four GPUs: two actors, two learners, two prompts each per step (the mapping only: all runs on CPU).
 FLAGS = ("--dtype", "fp32", "--prompts-per-step", "4", "--num-samples", "2", "--max-new-tokens", "6",
-         "--eval-samples", "2", "--seed", "5")
+         "--eval-every", "10", "--eval-samples", "2", "--seed", "5")
 
 
 def oat_actors(oat_args, count: int):
