@@ -671,8 +671,8 @@ def refuse_unread(args: Args, given: set[str]) -> None:
     eval_flags = ("eval_every", "eval_limit") if args.task.task == "arithmetic" else ("eval_every",)
     rules = (  # a group, its flags read only under a condition, whether this run fails it, what reads them, the fix
         (r, _flags(r, "vllm_"), r.sampler != "vllm", "read with --sampler vllm only", "add --sampler vllm"),
-        (e, _flags(e, "eval_", but=eval_flags), e.eval_every is None and args.train.steps > 0,
-         "read only when the run evaluates (--eval-every N, or --steps 0)", "add --eval-every N"),
+        (e, _flags(e, "eval_", but=eval_flags), e.eval_every is None and (args.train.steps > 0 or args.backend == "oat"),
+         "read only when the run evaluates (--eval-every N, or --steps 0 on the local backend)", "add --eval-every N"),
         (lora, _flags(lora, "lora_", but=("lora_rank",)), lora.lora_rank == 0,
          "read with --lora-rank R > 0 only (this run trains every weight)", "add --lora-rank R"),
     )

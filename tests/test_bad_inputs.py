@@ -75,6 +75,7 @@ BAD_INPUTS: list[Bad] = [
     bad("--eval-temperature", "0.5"),
     bad("--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--task", "counting", "--eval-limit", "5", flag="--eval-limit"),
     bad("--eval-samples", "4", "--backend", "oat", flag="--eval-samples"),
+    bad("--steps", "0", "--eval-samples", "4", "--backend", "oat", flag="--eval-samples"),  # Oat evaluates by steps only
     bad("--lora-alpha", "32"),
     bad("--lora-target-modules", "q_proj", flag="--lora-target-modules"),
     bad("--no-rescore", "--num-epochs", "2", flag="--no-rescore"),
