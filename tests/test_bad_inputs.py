@@ -78,6 +78,10 @@ BAD_INPUTS: list[Bad] = [
     bad("--steps", "0", "--eval-samples", "4", "--backend", "oat", flag="--eval-samples"),  # Oat evaluates by steps only
     bad("--lora-alpha", "32"),
     bad("--lora-target-modules", "q_proj", flag="--lora-target-modules"),
+    bad("--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--task", "counting", "--max-operand", "20",
+        flag="--max-operand"),
+    bad("--count-lengths", "100", "120"),  # the arithmetic task's prompts have no lengths to count
+    bad("--input-key", "question"),
     bad("--no-rescore", "--num-epochs", "2", flag="--no-rescore"),
     bad("--no-rescore", "--train-batch-size", "8", flag="--no-rescore"),
     bad("--backend", "oat", "--no-rescore", flag="--no-rescore"),
@@ -277,6 +281,9 @@ def test_the_base_command_alone_is_accepted(tmp_path):
     (("--lora-rank", "2", "--lora-alpha", "4"), None),
     (("--vllm-sleep", "--eval-samples", "1"), None),  # the defaults, typed out: nothing goes unread
     (("--max-operand", "9", "--eval-limit", "5"), None),  # the arithmetic training split is what --eval-limit leaves
+    (("--task", "counting", "--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--count-lengths", "100", "120"), None),
+    (("--task", "arithmetic", "--max-operand", "20"),  # the preset's input_key is its own
+     "task: math\nmodel: HuggingFaceTB/SmolLM2-135M-Instruct\ninput_key: question\n"),
 ], ids=lambda v: " ".join(v) if isinstance(v, tuple) else "preset" if v else "")
 def test_flags_a_run_reads_and_a_presets_lines_are_not_refused(argv, preset, tmp_path):
     parse_args(command(bad(*argv, preset=preset), tmp_path))
