@@ -24,6 +24,7 @@ def make_args(preset=None, **values):
     """
     # Imported here so that `import precision_oat` stays light (no torch, no flags' registries).
     from precision_oat.args import Args
+    from precision_oat.errors import UserError
     from precision_oat.presets import apply_values, load_preset, refuse_unread_changes
 
     base = Args()
@@ -31,5 +32,8 @@ def make_args(preset=None, **values):
         base = load_preset(preset)
         values = {"preset": str(preset), **values}
     args = apply_values(base, values, source="make_args")
-    refuse_unread_changes(base, args)
+    try:
+        refuse_unread_changes(base, args)
+    except UserError as e:
+        raise UserError(f"make_args: {e}") from None
     return args

@@ -68,7 +68,8 @@ BAD_INPUTS: list[Bad] = [
     bad("--backend", "oat", "--no-vllm-row-seeds", flag="--no-vllm-row-seeds"),
     bad("--vllm-tensor-parallel-size", "0"),
     bad("--backend", "oat", "--vllm-tensor-parallel-size", "2", flag="--vllm-tensor-parallel-size"),
-    # vLLM's flags without vLLM, evaluation's without an evaluation, LoRA's without LoRA: the run would go without them
+    # vLLM's flags without vLLM, evaluation's without an evaluation, LoRA's without LoRA, one task's with another:
+    # the run would go without them
     bad("--vllm-kv-cache-gb", "4"),
     bad("--no-vllm-sleep"),
     bad("--backend", "oat", "--vllm-prefix-caching", flag="--vllm-prefix-caching"),

@@ -43,7 +43,7 @@ def test_make_args_applies_keywords_over_the_preset():
 
 
 def test_make_args_refuses_a_keyword_the_run_would_not_read_as_the_command_line_does():
-    with pytest.raises(UserError, match=r"^--eval-samples 4: read only when the run evaluates"):
+    with pytest.raises(UserError, match=r"^make_args: --eval-samples 4: read only when the run evaluates"):
         make_args(eval_samples=4)
     assert make_args(eval_every=10, eval_samples=4).eval.eval_samples == 4
 
