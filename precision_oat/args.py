@@ -666,33 +666,47 @@ TASK_FLAGS = {"arithmetic": ("max_operand",), "counting": ("count_lengths",),
               "math": ("train_split", "input_key", "output_key", "grading_timeout")}
 
 
-def refuse_unread(args: Args, given: set[str]) -> None:
-    """Refuse a flag of ``given`` (those the command line set) that this run would not read: vLLM's flags without
-    --sampler vllm, evaluation's in a run that never evaluates, LoRA's without --lora-rank, one task's with another.
-    Judged on what was typed rather than on values away from their defaults, so a preset may hold such flags for the
-    runs that read them, and a command that overrides its --sampler, say, is not refused for lines it did not write.
-    (Flags of one dtype, such as the loss scale's, are left to pass: a sweep over --dtype shares its other flags.)"""
+def unread_flags(args: Args) -> dict[str, str]:
+    """The flags this run does not read, each with what reads it and the fix: vLLM's without --sampler vllm,
+    evaluation's in a run that never evaluates, LoRA's without --lora-rank, one task's with another. (Flags of one
+    dtype, such as the loss scale's, are not listed: a sweep over --dtype shares its other flags.)"""
     r, e, lora, t = args.rollout, args.eval, args.lora, args.task
     # The arithmetic task's training split is what its held-out split leaves, so it reads --eval-limit regardless.
     eval_flags = ("eval_every", "eval_limit") if t.task == "arithmetic" else ("eval_every",)
-    rules = (  # a group, its flags read only under a condition, whether this run fails it, what reads them, the fix
-        (r, _flags(r, "vllm_"), r.sampler != "vllm", "read with --sampler vllm only", "add --sampler vllm"),
-        (e, _flags(e, "eval_", but=eval_flags), e.eval_every is None and (args.train.steps > 0 or args.backend == "oat"),
+    rules = (  # flags read only under a condition, whether this run fails it, what reads them, the fix
+        (_flags(r, "vllm_"), r.sampler != "vllm", "read with --sampler vllm only", "add --sampler vllm"),
+        (_flags(e, "eval_", but=eval_flags), e.eval_every is None and (args.train.steps > 0 or args.backend == "oat"),
          "read only when the run evaluates (--eval-every N, or --steps 0 on the local backend)", "add --eval-every N"),
-        (lora, _flags(lora, "lora_", but=("lora_rank",)), lora.lora_rank == 0,
+        (_flags(lora, "lora_", but=("lora_rank",)), lora.lora_rank == 0,
          "read with --lora-rank R > 0 only (this run trains every weight)", "add --lora-rank R"),
-        *((t, names, t.task != task, f"read by --task {task} only", f"add --task {task}")
+        *((names, t.task != task, f"read by --task {task} only", f"add --task {task}")
           for task, names in TASK_FLAGS.items()),
     )
-    for group, names, skipped, reader, fix in rules:
-        for name in names:
-            if skipped and name in given:
-                raise UserError(f"{checks.typed(name, getattr(group, name))}: {reader}, so this run would go without "
-                                f"it; {fix}, or drop it")
+    return {name: f"{reader}, so this run would go without it; {fix}, or drop it"
+            for names, skipped, reader, fix in rules if skipped for name in names}
+
+
+def refuse_unread(args: Args, given: set[str]) -> None:
+    """Refuse a flag of ``given`` (those the command line set) that this run would not read (:func:`unread_flags`).
+    Judged on what was typed rather than on values away from their defaults, so a preset may hold such flags for the
+    runs that read them, and a command that overrides its --sampler, say, is not refused for lines it did not write."""
+    for name, why in unread_flags(args).items():
+        if name in given:
+            value = getattr(getattr(args, flag_groups()[name]), name)
+            raise UserError(f"{checks.typed(name, value)}: {why}")
 
 
 def _flags(group: Checked, prefix: str, but: tuple[str, ...] = ()) -> list[str]:
     return [f.name for f in dataclasses.fields(group) if f.name.startswith(prefix) and f.name not in but]
+
+
+def flag_groups() -> dict[str, str]:
+    """Flat flag name → the field of :class:`Args` whose group holds it ("" for the fields of Args itself)."""
+    owner = {}
+    for f in dataclasses.fields(Args):
+        group = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        owner.update({g.name: f.name for g in dataclasses.fields(group)} if group else {f.name: ""})
+    return owner
 
 
 def _refuse_for_oat(args: Args) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from precision_oat.args import Args, LogArgs, refuse_unread
+from precision_oat.args import Args, LogArgs, flag_groups, refuse_unread
 from precision_oat.checks import checks_deferred
 from precision_oat.errors import UserError
 
@@ -52,19 +52,6 @@ def _mapping_without_repeats(loader: _PresetLoader, node: yaml.MappingNode) -> d
 _PresetLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_repeats)
 
 
-def _groups() -> dict[str, str]:
-    """Flat field name → group name ("" for top-level fields of Args)."""
-    owner = {}
-    for f in dataclasses.fields(Args):
-        group = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
-        if dataclasses.is_dataclass(group):
-            for g in dataclasses.fields(group):
-                owner[g.name] = f.name
-        else:
-            owner[f.name] = ""
-    return owner
-
-
 # Entries of a run's config.json that are not flags: the precision contract and the resumes.
 RUN_RECORDS = ("precision_contract", "resumes")
 
@@ -93,7 +80,7 @@ def load_preset(path: Path | str, base: Optional[Args] = None) -> Args:
 
 def apply_values(args: Args, values: dict[str, Any], source: str = "preset") -> Args:
     """``args`` with flat ``flag_name: value`` pairs applied; bad values fail naming ``source`` and the flag."""
-    owner = _groups()
+    owner = flag_groups()
     updates: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         name = str(key).replace("-", "_")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
 from precision_oat.args import Args
 from precision_oat.checks import flag, shown
@@ -82,14 +82,16 @@ def changed_flags(config: dict, flags: dict) -> dict[str, list[Any]]:
     return changes
 
 
-def check_resume(out: Path, flags: dict, steps: int, checkpoint_step: int) -> Optional[dict]:
+def check_resume(out: Path, flags: dict, steps: int, checkpoint_step: int,
+                 unread: Collection[str] = ()) -> Optional[dict]:
     """Refuse a resume that changes the run's meaning; return the summary of a run with nothing left to do.
 
-    ``flags`` are this command's flag values (:func:`changed_flags`), ``steps`` its ``--steps``. Writes nothing: a
-    finished run stays as it is, and :func:`record_resume` notes a resume once it has loaded.
+    ``flags`` are this command's flag values (:func:`changed_flags`), ``steps`` its ``--steps``, ``unread`` the flags
+    the run does not read (:func:`~precision_oat.args.unread_flags`), which change nothing. Writes nothing: a finished
+    run stays as it is, and :func:`record_resume` notes a resume once it has loaded.
     """
     changes = changed_flags(read_config(out), flags)
-    refused = {name: values for name, values in changes.items() if name not in SAFE_ON_RESUME}
+    refused = {name: values for name, values in changes.items() if name not in SAFE_ON_RESUME and name not in unread}
     for name in CLASS_FLAGS:
         if name in refused:
             old, new = refused[name]

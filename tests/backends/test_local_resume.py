@@ -8,8 +8,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from precision_oat.args import Args, LoraArgs, unread_flags
 from precision_oat.backends.local.driver import train
+from precision_oat.errors import UserError
+from precision_oat.presets import to_values
 from precision_oat.runs.checkpoint import latest_checkpoint
+from precision_oat.runs.resume import check_resume
 from tests.backends.helpers import make_args
 
 
@@ -168,3 +172,17 @@ def test_an_extension_stopped_before_its_summary_is_finished_by_the_next_resume(
     summary = train(make_args(**common, steps=3, resume=True))
     assert summary["steps"] == 3
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 3
+
+
+def test_a_resume_may_drop_a_flag_the_run_never_read(tmp_path):
+    # A run started before unread flags were refused: --lora-alpha 32 without --lora-rank.
+    (tmp_path / "config.json").write_text(json.dumps(to_values(Args(lora=LoraArgs(lora_alpha=32.0)))))
+    now = Args()
+    assert check_resume(tmp_path, to_values(now), now.train.steps, 1, unread_flags(now)) is None
+    with pytest.raises(UserError, match=r"--lora-alpha 16.0 \(the run has 32.0\) would change what the run computes"):
+        check_resume(tmp_path, to_values(now), now.train.steps, 1)
+    # With a rank the run reads alpha, and changing it is refused.
+    (tmp_path / "config.json").write_text(json.dumps(to_values(Args(lora=LoraArgs(lora_rank=2, lora_alpha=32.0)))))
+    ranked = Args(lora=LoraArgs(lora_rank=2))
+    with pytest.raises(UserError, match=r"--lora-alpha 16.0 \(the run has 32.0\)"):
+        check_resume(tmp_path, to_values(ranked), ranked.train.steps, 1, unread_flags(ranked))

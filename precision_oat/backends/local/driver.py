@@ -28,7 +28,7 @@ import torch
 
 from precision_oat import stacks
 from precision_oat.algorithms import PolicyLoss, compose
-from precision_oat.args import Args, PrecisionArgs, RolloutArgs, TrainArgs, run_contract
+from precision_oat.args import Args, PrecisionArgs, RolloutArgs, TrainArgs, run_contract, unread_flags
 from precision_oat.checks import checks_deferred
 from precision_oat.backends.local.loop import Run, prompts_of_step, run_steps
 from precision_oat.distributed.world import World, check_layout, check_same_config, under_launcher, world_from_env
@@ -84,7 +84,7 @@ def train(args: Args, learner_class: Optional[type] = None, actor_class: Optiona
     def check_folder() -> Optional[dict]:
         # Both read only: a refused resume or folder is refused before the model loads.
         if newest is not None:
-            return check_resume(out, to_values(args), args.train.steps, checkpoint_step(newest))
+            return check_resume(out, to_values(args), args.train.steps, checkpoint_step(newest), unread_flags(args))
         check_new_run(out, args.log.overwrite)
         return None
 
