@@ -489,7 +489,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-math": atlas_table("h200_atlas/math/mismatch.json", "h200_atlas/math-rest/mismatch.json",
                               "h200_atlas/invariant/mismatch.json"),
     "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json", "h200_atlas/invariant-counting/mismatch.json"),
-    "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2"),
+    "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2", "h200_atlas_rl_9"),
                            ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last", "reward_150")),
     "algorithms-long": arms_table(("h200_round8", "h200_round9", "h200_atlas_rl_3", "h200_atlas_rl_4",
                                    "h200_atlas_rl_5", "h200_atlas_rl_6", "h200_atlas_rl_7",

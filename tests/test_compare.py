@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import tyro
 
 from precision_oat.compare import compare
 from precision_oat.compare.__main__ import CompareArgs
-from precision_oat.compare.figures import curve
+from precision_oat.compare.figures import curve, tails
 from precision_oat.compare.stats import run_stats
 from tests.test_args import _check_help, _render_help, parse_help
 
@@ -163,6 +164,22 @@ def test_the_figures_are_pngs_of_each_groups_mean_curve(root, tmp_path):
     assert average == pytest.approx([mean(pair) for pair in zip(*trailing)], abs=1e-12)
     assert (low, high) == (pytest.approx([min(p) for p in zip(*trailing)], abs=1e-12),
                            pytest.approx([max(p) for p in zip(*trailing)], abs=1e-12))
+
+
+def test_a_seed_that_ran_longer_goes_on_alone_past_the_groups_curve(root, tmp_path):
+    shutil.copytree(root, tmp_path / "runs")
+    cut = tmp_path / "runs" / "pg-fp16-s1" / "metrics.jsonl"
+    cut.write_text("".join(line + "\n" for line in cut.read_text().splitlines()[:2]))  # seed 1 stops at step 2
+    groups = compare([tmp_path / "runs"], figures=tmp_path / "cmp", log=lambda line: None)
+    [pg] = [g for g in groups if g.label == "pg fp16"]
+    assert curve(pg, "reward/mean", 3)[0] == [1, 2]
+    rewards = [r["reward/mean"] for r in rows(root / "pg-fp16-s0")]
+    [(steps, values)] = tails(pg, "reward/mean", 3)  # seed 0 alone, from the curve's last step to its own
+    assert steps == [2, 3, 4]
+    assert values == pytest.approx([mean(rewards[max(0, i - 2): i + 1]) for i in (1, 2, 3)], abs=1e-12)
+    # Seeds that end together leave nothing past the curve.
+    [whole] = [g for g in compare([root], plots=False, log=lambda line: None) if g.label == "pg fp16"]
+    assert tails(whole, "reward/mean", 3) == []
 
 
 def test_a_title_wider_than_the_figure_widens_the_image_rather_than_being_cut(root, tmp_path):

@@ -1,4 +1,5 @@
-"""The comparison's figures: reward and mismatch against step, one curve per group, its seeds' range shaded.
+"""The comparison's figures: reward and mismatch against step, one curve per group, its seeds' range shaded
+(a seed that ran longer than the others goes on alone as a thin line).
 
 Colour by dtype (a darker or lighter shade for each further group of that dtype), line style by algorithm.
 matplotlib is imported only here, when a figure is drawn.
@@ -28,19 +29,40 @@ def trailing_mean(values: list[float], window: int = WINDOW) -> list[float]:
     return [mean(values[max(0, i + 1 - window): i + 1]) for i in range(len(values))]
 
 
+def _trailing_by_run(group: Group, key: str, smooth: int) -> list[dict[int, float]]:
+    """For each seed, its trailing ``smooth``-step mean of ``key`` at each step it logged ``key``."""
+    out = []
+    for run in group.runs:
+        rows = [r for r in run.train if key in r]
+        out.append(dict(zip((r["step"] for r in rows), trailing_mean([r[key] for r in rows], smooth))))
+    return out
+
+
 def curve(group: Group, key: str, smooth: int) -> tuple[list[int], list[float], list[float], list[float]]:
     """Steps, and at each the mean, min and max over the seeds of their trailing ``smooth``-step means of ``key``.
 
     Only the steps every seed logged ``key`` at: a mean over fewer seeds would jump where one of them ends.
     """
-    per_step: dict[int, list[float]] = {}
-    for run in group.runs:
-        rows = [r for r in run.train if key in r]
-        for row, value in zip(rows, trailing_mean([r[key] for r in rows], smooth)):
-            per_step.setdefault(row["step"], []).append(value)
-    steps = sorted(s for s, values in per_step.items() if len(values) == len(group.runs))
-    return (steps, [mean(per_step[s]) for s in steps], [min(per_step[s]) for s in steps],
-            [max(per_step[s]) for s in steps])
+    by_run = _trailing_by_run(group, key, smooth)
+    steps = sorted(set.intersection(*(set(run) for run in by_run)))
+    values = [[run[s] for run in by_run] for s in steps]
+    return steps, [mean(v) for v in values], [min(v) for v in values], [max(v) for v in values]
+
+
+def tails(group: Group, key: str, smooth: int) -> list[tuple[list[int], list[float]]]:
+    """The seeds that ran on past the group's curve, each from the curve's last step on (its trailing means):
+    a longer seed's later steps, which the curve leaves out, drawn on their own."""
+    by_run = _trailing_by_run(group, key, smooth)
+    if len(by_run) < 2:
+        return []
+    common = set.intersection(*(set(run) for run in by_run))
+    last = max(common, default=0)
+    out = []
+    for run in by_run:
+        steps = sorted(s for s in run if s >= last)
+        if any(s > last for s in steps):
+            out.append((steps, [run[s] for s in steps]))
+    return out
 
 
 def looks(groups: list[Group]) -> list[tuple[str, str, str]]:
@@ -85,6 +107,9 @@ def draw(groups: list[Group], prefix: Path, title: str = "", smooth: int = WINDO
                     marker="o" if len(steps) < 10 else None, markersize=3)
             if len(group.runs) > 1:
                 ax.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
+            for tail_steps, tail in tails(group, key, smooth):
+                ax.plot(tail_steps, tail, linestyle=style, color=color, lw=0.8, alpha=0.8)
+                drawn += tail
             drawn += low + high
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         return drawn
