@@ -123,7 +123,8 @@ def draw(groups: list[Group], prefix: Path, title: str = "", smooth: int = WINDO
     if threshold is not None:
         ax.axhline(threshold, color="grey", lw=0.6)
     ax.set(xlabel="RL step", ylabel=f"training reward {ylabel}", xlim=(0, longest + 1), title=title)
-    ax.legend(fontsize=7.5, loc="lower right", ncol=2)
+    # Below the axes, where it hides no curve however many groups there are.
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(written[0], dpi=110, bbox_inches="tight")  # a long title or legend widens the image, not cut
     plt.close(fig)
