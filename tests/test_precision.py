@@ -172,9 +172,11 @@ def test_deepspeed_refuses_loss_scaling_it_would_drop(dtype, mode):
     # The built-in learner scales a bf16/fp32 loss as asked; DeepSpeed's config has no scaler outside its fp16 section.
     p = Precision.from_flags(dtype, loss_scaling=mode, initial_scale=1024.0)
     assert p.loss_scaling.enabled
+    why = "fp32 needs none" if dtype == "fp32" else "bf16 has fp32's exponent range"
     for chosen_by in ("--backend oat", "--learner deepspeed"):
-        with pytest.raises(PrecisionError, match=f"^--loss-scaling {mode} with --trainer-dtype {dtype}"):
+        with pytest.raises(PrecisionError, match=f"^--loss-scaling {mode} with --trainer-dtype {dtype}") as refused:
             p.check_deepspeed(chosen_by)
+        assert f"leave --loss-scaling unset ({why})" in str(refused.value)
 
 
 def test_deepspeed_needs_a_power_of_two_initial_dynamic_scale():

@@ -223,10 +223,11 @@ class Precision:
             )
         ls = self.loss_scaling
         if ls.enabled and self.trainer != "fp16":
+            unneeded = "fp32 needs none" if self.trainer == "fp32" else f"{self.trainer} has fp32's exponent range"
             raise PrecisionError(
                 f"--loss-scaling {ls.mode} with --trainer-dtype {self.trainer}: DeepSpeed ({chosen_by}) scales the loss "
-                f"of an fp16 trainer only and would train unscaled; leave --loss-scaling unset ({self.trainer} has "
-                f"fp32's exponent range), or use {instead}"
+                f"of an fp16 trainer only and would train unscaled; leave --loss-scaling unset ({unneeded}), or use "
+                f"{instead}"
             )
         if self.trainer != "fp16" or ls.mode != "dynamic":
             return
