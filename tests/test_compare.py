@@ -177,9 +177,9 @@ def test_a_seed_that_ran_longer_goes_on_alone_past_the_groups_curve(root, tmp_pa
     [(steps, values)] = tails(pg, "reward/mean", 3)  # seed 0 alone, from the curve's last step to its own
     assert steps == [2, 3, 4]
     assert values == pytest.approx([mean(rewards[max(0, i - 2): i + 1]) for i in (1, 2, 3)], abs=1e-12)
-    # Seeds that end together leave nothing past the curve.
-    [whole] = [g for g in compare([root], plots=False, log=lambda line: None) if g.label == "pg fp16"]
-    assert tails(whole, "reward/mean", 3) == []
+    # Seeds that end together leave nothing past the curve, and a lone seed's curve is all of it.
+    whole = {g.label: g for g in compare([root], plots=False, log=lambda line: None)}
+    assert tails(whole["pg fp16"], "reward/mean", 3) == [] and tails(whole["grpo bf16"], "reward/mean", 3) == []
 
 
 def test_a_title_wider_than_the_figure_widens_the_image_rather_than_being_cut(root, tmp_path):

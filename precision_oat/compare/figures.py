@@ -38,13 +38,18 @@ def _trailing_by_run(group: Group, key: str, smooth: int) -> list[dict[int, floa
     return out
 
 
+def _common_steps(by_run: list[dict[int, float]]) -> set[int]:
+    """The steps at which every seed logged the key."""
+    return set.intersection(*(set(run) for run in by_run))
+
+
 def curve(group: Group, key: str, smooth: int) -> tuple[list[int], list[float], list[float], list[float]]:
     """Steps, and at each the mean, min and max over the seeds of their trailing ``smooth``-step means of ``key``.
 
     Only the steps every seed logged ``key`` at: a mean over fewer seeds would jump where one of them ends.
     """
     by_run = _trailing_by_run(group, key, smooth)
-    steps = sorted(set.intersection(*(set(run) for run in by_run)))
+    steps = sorted(_common_steps(by_run))
     values = [[run[s] for run in by_run] for s in steps]
     return steps, [mean(v) for v in values], [min(v) for v in values], [max(v) for v in values]
 
@@ -53,10 +58,7 @@ def tails(group: Group, key: str, smooth: int) -> list[tuple[list[int], list[flo
     """The seeds that ran on past the group's curve, each from the curve's last step on (its trailing means):
     a longer seed's later steps, which the curve leaves out, drawn on their own."""
     by_run = _trailing_by_run(group, key, smooth)
-    if len(by_run) < 2:
-        return []
-    common = set.intersection(*(set(run) for run in by_run))
-    last = max(common, default=0)
+    last = max(_common_steps(by_run), default=0)  # a lone seed's curve is all of it, so it has no tail
     out = []
     for run in by_run:
         steps = sorted(s for s in run if s >= last)
