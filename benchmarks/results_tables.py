@@ -491,7 +491,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json", "h200_atlas/invariant-counting/mismatch.json"),
     "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2", "h200_atlas_rl_9"),
                            ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last", "reward_150")),
-    "algorithms-long": arms_table(("h200_round8", "h200_round9", "h200_atlas_rl_3", "h200_atlas_rl_4",
+    "algorithms-long": arms_table(("h200_round8", "h200_round9", "h200_round10", "h200_atlas_rl_3", "h200_atlas_rl_4",
                                    "h200_atlas_rl_5", "h200_atlas_rl_6", "h200_atlas_rl_7",
                                    "h200_atlas_rl_8"),
                                   ("steps", "first", "best", "windows", "logp", "k3", "first_last", "reward_150")),
@@ -533,6 +533,8 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "round9-arms": arms_table(("h200_round9",), (*LONG, "reward_100", "skipped")),
     "round9-collapse": collapse_table,
     "round9-slopes": length_slope_table("h200_round9", {"bf16": "pg-bf16-long-s1", "fp16": "pg-fp16-long-s1"}),
+    "round10-arms": arms_table(("h200_round10",), (*LONG, "reward_150", "skipped")),
+    "round10-slopes": length_slope_table("h200_round10", {"bf16": "pg-bf16-long-s2", "fp16": "pg-fp16-long-s2"}),
     "rounds5-7-steps-to-0.9": steps_to_threshold_table,
     "scale-loops": loop_table("SmolLM2, counting, GRPO fp16, ≤ 768 tokens", [
         ("before the scale work (53f1609), 8 × 4", "h200_scale/before-53f1609-loop-8x4.metrics.jsonl"),

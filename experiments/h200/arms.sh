@@ -27,8 +27,9 @@
 #   grpo           GRPO fp16 against bf16 (the paper's Fig. 1 asks each algorithm whether bf16 breaks)
 #   grpo-tis       GRPO-TIS fp16 against bf16
 #   gspo           GSPO fp16 against bf16
-#   long           the arms of ARMS (named as above) at that setting, e.g. three a window, which finish their 150 steps
-#                  at ~8.5 s a step in ~21 minutes (benchmarks/results/h200_atlas_rl_4)
+#   long           the arms of ARMS (named as above) at that setting, e.g. three a window on an H200, which finish their
+#                  150 steps at ~8.5 s a step in ~21 minutes (benchmarks/results/h200_atlas_rl_4); an H100's 80 GB holds
+#                  two, each ~30 GB while its vLLM is awake (benchmarks/results/h200_round10)
 # A set's arms are named ALGO-TRAINERDTYPE-REST (an FP8 arm's REST starts fp8), as arms_report.py reads them; SEED=N
 # (default 0) runs them at seed N, named …-long-sN, so that the figures draw a set's seeds as one curve and range; e.g.
 #   SET=atlas-head-fp8 HF=… RUNS=… bash experiments/h200/arms.sh
