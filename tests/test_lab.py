@@ -74,6 +74,16 @@ def test_bf16_mismatch_exceeds_fp16_and_fp32_is_near_zero(embedded_report):
     assert report["ratios"]["abs_logp_diff_mean"] == pytest.approx(ratio, rel=1e-12)
 
 
+def test_each_arm_reports_the_bands_a_mask_would_need_on_its_pair(embedded_report):
+    stats = embedded_report[0]["dtypes"]
+    for arm in stats.values():
+        assert arm["band/token_ratio_low"] <= 1.0 <= arm["band/token_ratio_high"]
+        assert arm["band/geo_ratio_low"] <= 1.0 <= arm["band/geo_ratio_high"]
+    assert stats["fp32"]["band/geo_mask_default_kept"] == 1.0
+    width = {dtype: arm["band/token_ratio_high"] - arm["band/token_ratio_low"] for dtype, arm in stats.items()}
+    assert width["bf16"] > 3 * width["fp16"] > 3 * width["fp32"]
+
+
 def test_a_ratio_of_two_zero_mismatches_is_undefined_and_one_over_zero_is_infinite(tmp_path):
     # Before: 0 / 0 was reported as inf. GPT-2 decodes through HF's cached forward, which on CPU gives the trainer's
     # bits exactly in either dtype, so both arms measure no mismatch at all.

@@ -19,6 +19,9 @@ layers in FP8 (``--sampler-dtype fp8``, the rest bf16) and scores in bf16. ``--b
 every arm on vLLM's batch-invariant kernels (both sides; the kernels stay for the whole process,
 so a comparison with and without takes two runs of the lab).
 
+Each arm also reports the bands IcePop and the geometric mask would need on that pair
+(:mod:`~precision_oat.lab.mask_bands`).
+
 Outputs: ``OUTPUT_DIR/mismatch.json`` and the two figures of the paper's Fig. 5 (token
 probabilities μ vs π; sequence log-ratio ρ = Σ_t Δ_t against response length). A run first removes
 those of a previous run from OUTPUT_DIR (:data:`LAB_FILES`), so the folder never mixes two runs.
@@ -39,6 +42,8 @@ import torch
 
 from precision_oat import checks
 from precision_oat.errors import UserError
+from precision_oat.lab.mask_bands import describe as describe_bands
+from precision_oat.lab.mask_bands import mask_bands
 from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.mismatch_metrics import ratio, times
@@ -165,6 +170,7 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
     metrics = mismatch_metrics(rollout.sampler_logprobs, trainer_logprobs, rollout.response_mask)
     metrics.update(mismatch_breakdown(rollout.sampler_logprobs, trainer_logprobs, rollout.response_mask))
     histograms = mismatch_histograms(rollout.sampler_logprobs, trainer_logprobs, rollout.response_mask)
+    metrics.update(mask_bands(histograms))
     lengths = histograms["mismatch/seq_length"]
     extra = {
         "sequences": len(completions),
@@ -180,6 +186,8 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
         f"seq log-ratio std {metrics['mismatch/seq_logratio_std']:.3e}  k3 {metrics['mismatch/k3']:.3e}  "
         f"seq KL {metrics['mismatch/seq_kl']:.3e}"
         + "".join(f"  {k.split('/')[-1]} {v:.2e}" for k, v in consistency.items() if k.endswith("abs_mean")))
+    if "band/geo_ratio_low" in metrics:
+        log(f"  [{dtype}] {describe_bands(metrics)}")
     return {**metrics, **extra}, histograms
 
 
