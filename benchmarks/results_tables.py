@@ -392,6 +392,28 @@ def arms_table(folders: tuple[str, ...], columns: tuple[str, ...]) -> Callable[[
     return render
 
 
+def choices_table(folders: tuple[str, ...], choices: list[tuple[str, tuple[str, ...]]]) -> Callable[[], list[str]]:
+    """One row per precision choice: its runs (arms of ``folders`` by name), each run's best and last 10-step mean,
+    the range of the runs' token mismatch and their mean weight push."""
+    def render() -> list[str]:
+        report = script("experiments/h200/arms_report.py")
+        found = arms(*folders)
+        rows = []
+        for label, names in choices:
+            stats = [report.arm_stats(found[name]) for name in names]
+            train = [[r for r in found[name] if "reward/mean" in r] for name in names]
+            gaps = [s["abs_logp_diff"] for s in stats]
+            push = [sum(r["perf/time/sync"] for r in t) / len(t) for t in train]
+            rows.append([label, ", ".join(str(s["steps"]) for s in stats),
+                         " / ".join(f"{s['best'][0]:.2f}" for s in stats),
+                         " / ".join(f"{sum(r['reward/mean'] for r in t[-10:]) / 10:.2f}" for t in train),
+                         "–".join(dict.fromkeys((f"{min(gaps):.1e}", f"{max(gaps):.1e}"))),
+                         f"{sum(push) / len(push):.2f} s"])
+        return markdown(["choice (algorithm)", "runs: steps", "best 10-step mean, each run", "last 10 steps, each run",
+                         "token mean \\|Δlogp\\|", "weight push a step"], rows)
+    return render
+
+
 def steps_to_threshold_table() -> list[str]:
     """Rounds 5–7: each IS-PG and GRPO run's first step to a 10-step mean of 0.9, by dtype."""
     report = script("experiments/h200/arms_report.py")
@@ -491,6 +513,19 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "atlas-counting": atlas_table("h200_atlas/counting/mismatch.json", "h200_atlas/invariant-counting/mismatch.json"),
     "atlas-rl": arms_table(("h200_atlas_rl", "h200_atlas_rl_2", "h200_atlas_rl_9"),
                            ("steps", "best", "windows", "logp", "k3", "seq_kl", "first_last", "reward_150")),
+    "atlas-choices": choices_table(
+        ("h200_round8", "h200_round9", "h200_round10", "h200_atlas_rl", "h200_atlas_rl_2", "h200_atlas_rl_3",
+         "h200_atlas_rl_4", "h200_atlas_rl_5", "h200_atlas_rl_6", "h200_atlas_rl_7", "h200_atlas_rl_9"),
+        [("fp16 (IS-PG)", ("pg-fp16-long", "pg-fp16-long-s1", "pg-fp16-long-s2")),
+         ("bf16 (IS-PG)", ("pg-bf16-long", "pg-bf16-long-s1", "pg-bf16-long-s2")),
+         ("bf16, fp32 head (IS-PG)", ("pg-bf16-fp32head-long", "pg-bf16-fp32head-long-s1")),
+         ("fp16 (GRPO)", ("grpo-fp16-long", "grpo-fp16-long-s1")),
+         ("bf16 (GRPO)", ("grpo-bf16-long", "grpo-bf16-long-s1")),
+         ("fp16, token TIS (GRPO-TIS)", ("grpo-tis-fp16-long", "grpo-tis-fp16-long-s1")),
+         ("bf16, token TIS (GRPO-TIS)", ("grpo-tis-bf16-long", "grpo-tis-bf16-long-s1")),
+         ("FP8 sampler, token TIS (GRPO-TIS)", ("grpo-tis-bf16-fp8-long", "grpo-tis-bf16-fp8-long-alone")),
+         ("FP8 sampler, IcePop [0.5, 5] (GRPO)", ("grpo-icepop-bf16-fp8-long", "grpo-icepop-bf16-fp8-long-s1")),
+         ("FP8 sampler, geometric mask [0.99, 1.01] (GRPO)", ("grpo-geo-mask-bf16-fp8-long",))]),
     "algorithms-long": arms_table(("h200_round8", "h200_round9", "h200_round10", "h200_atlas_rl_3", "h200_atlas_rl_4",
                                    "h200_atlas_rl_5", "h200_atlas_rl_6", "h200_atlas_rl_7",
                                    "h200_atlas_rl_8"),
