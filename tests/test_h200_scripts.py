@@ -335,6 +335,29 @@ def test_an_unknown_set_is_named_with_the_known_ones(tmp_path):
                                   "grpo, grpo-tis, gspo")
 
 
+@pytest.mark.parametrize("mib, started", [(81559, False), (143771, True)])  # an H100's 80 GB, an H200's 141 GB
+def test_three_long_arms_start_only_on_a_gpu_that_holds_them(mib, started, tmp_path):
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    for name, body in (("nvidia-smi", f"echo {mib}"), ("python3", 'touch "$RUNS/started"'), ("sleep", "")):
+        (shims / name).write_text(f"#!/bin/sh\n{body}\n")
+        (shims / name).chmod(0o755)
+    arms = "grpo-fp16-long grpo fp16 0;grpo-bf16-long grpo bf16 0;gspo-bf16-long gspo bf16 0"
+    run = subprocess.run(["bash", "experiments/h200/arms.sh"], cwd=REPO, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "HF": str(tmp_path),
+                              "RUNS": str(tmp_path / "runs"), "SET": "long", "ARMS": arms})
+    if started:
+        assert run.returncode == 0, run.stderr
+    else:
+        assert run.returncode == 2
+        assert run.stderr.strip() == ("arms.sh: 3 arms at the long setting need ~90 GiB and this GPU has 79; "
+                                      "run 2 at a time (ARMS)")
+    deadline = time.time() + 10
+    while started and not (tmp_path / "runs" / "started").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert (tmp_path / "runs" / "started").exists() == started
+
+
 def test_the_long_set_runs_the_arms_given_at_the_long_setting(tmp_path, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     (tmp_path / "smolhf").mkdir()

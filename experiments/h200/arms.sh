@@ -29,7 +29,7 @@
 #   gspo           GSPO fp16 against bf16
 #   long           the arms of ARMS (named as above) at that setting, e.g. three a window on an H200, which finish their
 #                  150 steps at ~8.5 s a step in ~21 minutes (benchmarks/results/h200_atlas_rl_4); an H100's 80 GB holds
-#                  two, each ~30 GB while its vLLM is awake (benchmarks/results/h200_round10)
+#                  two, each ~30 GB while its vLLM is awake (benchmarks/results/h200_round10), and more are refused
 # A set's arms are named ALGO-TRAINERDTYPE-REST (an FP8 arm's REST starts fp8), as arms_report.py reads them; SEED=N
 # (default 0) runs them at seed N, named …-long-sN, so that the figures draw a set's seeds as one curve and range; e.g.
 #   SET=atlas-head-fp8 HF=… RUNS=… bash experiments/h200/arms.sh
@@ -79,6 +79,16 @@ start() {  # NAME ALGO DTYPE SEED [FLAGS…]
 }
 
 IFS=';' read -ra arms <<< "$ARMS"
+# An arm at the long setting holds ~30 GB while its vLLM is awake (benchmarks/results/h200_round10, where a third arm
+# on an H100 ran out of memory at its start): refuse more of them than the GPU holds before any starts.
+if [ -n "${SET:-}" ] && command -v nvidia-smi > /dev/null; then
+  gib=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1) / 1024 ))
+  if [ "${#arms[@]}" -gt $(( gib / 30 )) ]; then
+    echo "arms.sh: ${#arms[@]} arms at the long setting need ~$(( 30 * ${#arms[@]} )) GiB and this GPU has $gib;" \
+         "run $(( gib / 30 )) at a time (ARMS)" >&2
+    exit 2
+  fi
+fi
 pids=()
 for arm in "${arms[@]}"; do
   # shellcheck disable=SC2086
