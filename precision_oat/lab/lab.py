@@ -42,8 +42,7 @@ import torch
 
 from precision_oat import checks
 from precision_oat.errors import UserError
-from precision_oat.lab.mask_bands import describe as describe_bands
-from precision_oat.lab.mask_bands import mask_bands
+from precision_oat.lab.mask_bands import describe as describe_bands, mask_bands
 from precision_oat.lab.prompts import PromptSource, check_prompt_source, load_prompts
 from precision_oat.precision.lm_head import use_fp32_head
 from precision_oat.precision.mismatch_metrics import ratio, times
