@@ -37,11 +37,28 @@ def test_the_bands_of_hand_made_tokens_and_answers():
     g = math.exp(-0.1)
     assert bands["band/geo_ratio_low"] == pytest.approx(g + 0.01 * (1 - g))
     assert bands["band/geo_ratio_high"] == pytest.approx(g + 0.99 * (1 - g))
-    assert describe(bands) == ("98% of tokens' π/μ in [0.418, 5.85] (IcePop's [0.5, 5] keeps 50.0%); 98% of answers' "
-                               "geometric-mean π/μ in [0.9058, 0.999] (the geometric mask's [0.99, 1.01] keeps 50.0%)")
+    # The flags round outward, and the answers' band, all below 1, widens to hold it.
+    assert describe(bands) == [
+        "tokens: 98% have π/μ in [0.418, 5.85]; IcePop's default [0.5, 5] keeps 50.0% "
+        "(to keep 98%: --icepop-low 0.418 --icepop-high 5.85)",
+        "answers: 98% have a geometric-mean π/μ in [0.9058, 0.999]; the geometric mask's default [0.99, 1.01] keeps "
+        "50.0% (to keep 98%: --geo-mask-low 0.905 --geo-mask-high 1)"]
 
 
 def test_no_response_token_gives_no_bands():
     empty = np.array([])
     assert mask_bands({"mismatch/token_logp_diff": empty, "mismatch/seq_logratio": empty,
                        "mismatch/seq_length": empty}) == {}
+
+
+def test_the_flags_it_gives_are_a_band_the_command_line_takes():
+    from precision_oat.presets import parse_args
+
+    # An FP8-like pair: every answer's g below 1, so the band the lab gives must widen to hold 1.
+    bands = mask_bands({"mismatch/token_logp_diff": np.log([0.7, 0.9, 0.95, 1.2]),
+                        "mismatch/seq_logratio": np.array([-30.0, -20.0, -5.0]),
+                        "mismatch/seq_length": np.array([1000.0, 800.0, 400.0])})
+    assert bands["band/geo_ratio_high"] < 1.0
+    geo_flags = describe(bands)[1].split("(to keep 98%: ")[1].rstrip(")").split()
+    args = parse_args(["--algo", "grpo-geo-mask", *geo_flags])
+    assert args.algorithm.geo_mask_low <= bands["band/geo_ratio_low"] and args.algorithm.geo_mask_high == 1.0

@@ -186,7 +186,8 @@ def measure_pair(pair: PairSettings, policy, prompt_ids: list[list[int]], dtype:
         f"seq KL {metrics['mismatch/seq_kl']:.3e}"
         + "".join(f"  {k.split('/')[-1]} {v:.2e}" for k, v in consistency.items() if k.endswith("abs_mean")))
     if "band/geo_ratio_low" in metrics:
-        log(f"  [{dtype}] {describe_bands(metrics)}")
+        for line in describe_bands(metrics):
+            log(f"  [{dtype}] {line}")
     return {**metrics, **extra}, histograms
 
 
