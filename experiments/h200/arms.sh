@@ -12,8 +12,9 @@
 #   THEN   a command to run once every arm has ended, in the background beside them (its output in
 #          $RUNS/then.log), e.g. THEN='PARTS="speed lab-pair" bash experiments/h200/alone.sh'
 #
-# Three arms side by side took 4.3–4.8 s a step (200 steps in 15–16 minutes, benchmarks/results/h200_round6);
-# five take ~10 s. A GPU window leaves ~25 minutes after the set-up: three arms of 200 steps, or two of ~300.
+# Three arms side by side took 4.3–4.8 s a step on an H200 (200 steps in 15–16 minutes,
+# benchmarks/results/h200_round6); five take ~10 s. A GPU window leaves ~25 minutes after the set-up: three arms of
+# 200 steps, or two of ~300.
 #
 # Named sets (SET=NAME in place of ARMS; the setting's flags come before EXTRA's, so EXTRA can override them):
 #   long-pair      IS-PG fp16 against bf16 with answers of ~1,000–1,200 tokens at lr 5e-5 (docs/results.md §4c
