@@ -394,7 +394,7 @@ def arms_table(folders: tuple[str, ...], columns: tuple[str, ...]) -> Callable[[
 
 def choices_table(folders: tuple[str, ...], choices: list[tuple[str, tuple[str, ...]]]) -> Callable[[], list[str]]:
     """One row per precision choice: its runs (arms of ``folders`` by name), each run's best and last 10-step mean,
-    the range of the runs' token mismatch and their mean weight push."""
+    the range of the runs' token mismatch, each run's seconds a step and the runs' mean weight push."""
     def render() -> list[str]:
         report = script("experiments/h200/arms_report.py")
         found = arms(*folders)
@@ -408,9 +408,9 @@ def choices_table(folders: tuple[str, ...], choices: list[tuple[str, tuple[str, 
                          " / ".join(f"{s['best'][0]:.2f}" for s in stats),
                          " / ".join(f"{sum(r['reward/mean'] for r in t[-10:]) / 10:.2f}" for t in train),
                          "–".join(dict.fromkeys((f"{min(gaps):.1e}", f"{max(gaps):.1e}"))),
-                         f"{sum(push) / len(push):.2f} s"])
+                         " / ".join(f"{s['s_per_step']:.1f}" for s in stats), f"{sum(push) / len(push):.2f} s"])
         return markdown(["choice (algorithm)", "runs: steps", "best 10-step mean, each run", "last 10 steps, each run",
-                         "token mean \\|Δlogp\\|", "weight push a step"], rows)
+                         "token mean \\|Δlogp\\|", "seconds a step, each run", "weight push a step"], rows)
     return render
 
 
