@@ -13,10 +13,11 @@ import re
 
 STARVING = 0.5
 DROPPED = re.compile(r"mismatch/(?P<name>[a-z]+)_mask_frac")
-# The flags that set each mask's band, by the NAME of its key.
+# The flags that set each mask's band, by the NAME of its key, and where the two banded masks find one that fits.
+LAB_BAND = "; the mismatch lab on this sampler–trainer pair prints a band that keeps 98% of its {}"
 BAND_FLAGS = {
-    "icepop": "--icepop-low/--icepop-high",
-    "geo": "--geo-mask-low/--geo-mask-high",
+    "icepop": "--icepop-low/--icepop-high" + LAB_BAND.format("tokens"),
+    "geo": "--geo-mask-low/--geo-mask-high" + LAB_BAND.format("answers"),
     "divergence": "--divergence-threshold",
     "mis": "--correction-cap",
 }

@@ -16,7 +16,8 @@ def test_a_starving_mask_is_told_when_it_begins_and_again_only_after_it_recovere
                                                        "phantom/geo_mask_frac": share}, step)]
     assert [step for step, _ in told] == [2, 5]
     assert told[0][1].startswith("warning: the correction dropped 90% of step 2's batch (mismatch/geo_mask_frac): ")
-    assert "widen it (--geo-mask-low/--geo-mask-high)" in told[0][1]
+    assert ("widen it (--geo-mask-low/--geo-mask-high; the mismatch lab on this sampler–trainer pair prints a band "
+            "that keeps 98% of its answers)") in told[0][1]
 
 
 def test_a_share_at_the_threshold_is_not_starving():
