@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from precision_oat.compare.loading import NAME
+from precision_oat.compare.stats import mean_of
 from precision_oat.lab.lab import labelled_arms
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -403,10 +404,10 @@ def choices_table(folders: tuple[str, ...], choices: list[tuple[str, tuple[str, 
             stats = [report.arm_stats(found[name]) for name in names]
             train = [[r for r in found[name] if "reward/mean" in r] for name in names]
             gaps = [s["abs_logp_diff"] for s in stats]
-            push = [sum(r["perf/time/sync"] for r in t) / len(t) for t in train]
+            push = [mean_of(t, "perf/time/sync") for t in train]
             rows.append([label, ", ".join(str(s["steps"]) for s in stats),
                          " / ".join(f"{s['best'][0]:.2f}" for s in stats),
-                         " / ".join(f"{sum(r['reward/mean'] for r in t[-10:]) / 10:.2f}" for t in train),
+                         " / ".join(f"{mean_of(t, 'reward/mean', slice(-10, None)):.2f}" for t in train),
                          "–".join(dict.fromkeys((f"{min(gaps):.1e}", f"{max(gaps):.1e}"))),
                          " / ".join(f"{s['s_per_step']:.1f}" for s in stats), f"{sum(push) / len(push):.2f} s"])
         return markdown(["choice (algorithm)", "runs: steps", "best 10-step mean, each run", "last 10 steps, each run",

@@ -84,9 +84,10 @@ IFS=';' read -ra arms <<< "$ARMS"
 # on an H100 ran out of memory at its start): refuse more of them than the GPU holds before any starts.
 if [ -n "${SET:-}" ] && command -v nvidia-smi > /dev/null; then
   gib=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1) / 1024 ))
-  if [ "${#arms[@]}" -gt $(( gib / 30 )) ]; then
+  fits=$(( gib / 30 ))
+  if [ "${#arms[@]}" -gt "$fits" ]; then
     echo "arms.sh: ${#arms[@]} arms at the long setting need ~$(( 30 * ${#arms[@]} )) GiB and this GPU has $gib;" \
-         "run $(( gib / 30 )) at a time (ARMS)" >&2
+         "run $fits at a time (ARMS)" >&2
     exit 2
   fi
 fi
